@@ -1,0 +1,126 @@
+# Build helpers shared by every module. CONTRIBUTING.md describes the conventions they implement.
+
+set(COURSE_DEFAULT_CUDA_ARCHITECTURE 75 CACHE STRING
+    "CUDA architecture used when no GPU is visible (CI). 75 = Turing (T4), the oldest CUDA 13 targets")
+
+# Picks the CUDA architecture before CUDA is enabled: the GPU in this machine if nvidia-smi sees
+# one (so a learner builds exactly for their card), else the fixed default.
+function(course_select_cuda_architecture)
+  if(DEFINED CMAKE_CUDA_ARCHITECTURES OR DEFINED ENV{CUDAARCHS})
+    return()
+  endif()
+  set(arch "${COURSE_DEFAULT_CUDA_ARCHITECTURE}")
+  set(reason "no GPU visible")
+  find_program(COURSE_NVIDIA_SMI nvidia-smi)
+  if(COURSE_NVIDIA_SMI)
+    execute_process(COMMAND "${COURSE_NVIDIA_SMI}" --query-gpu=compute_cap --format=csv,noheader
+                    OUTPUT_VARIABLE caps RESULT_VARIABLE rc ERROR_QUIET TIMEOUT 20)
+    if(rc EQUAL 0 AND caps MATCHES "^([0-9]+)\\.([0-9]+)")
+      set(arch "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+      set(reason "the GPU in this machine")
+    endif()
+  endif()
+  message(STATUS "CUDA architecture: sm_${arch} (${reason})")
+  set(CMAKE_CUDA_ARCHITECTURES "${arch}" CACHE STRING "CUDA architectures to build for")
+endfunction()
+
+# Enables CUDA with a clear message when nvcc is missing.
+macro(course_enable_cuda)
+  course_select_cuda_architecture()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR "No CMAKE_CUDA_COMPILER could be found: install the CUDA toolkit (nvcc) "
+                        "or point CUDACXX at nvcc.")
+  endif()
+  # One CUDA runtime for the whole process: the checkers and the shared baselines library must
+  # see the same device allocations and streams.
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+endmacro()
+
+# GoogleTest: the installed package, else the Debian source tree, else a download.
+macro(course_find_gtest)
+  find_package(GTest 1.11 CONFIG QUIET)
+  if(NOT GTest_FOUND)
+    set(COURSE_GTEST_SOURCE_DIR "/usr/src/googletest" CACHE PATH "GoogleTest sources to build")
+    if(EXISTS "${COURSE_GTEST_SOURCE_DIR}/CMakeLists.txt")
+      message(STATUS "GoogleTest: building from ${COURSE_GTEST_SOURCE_DIR}")
+      set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+      add_subdirectory("${COURSE_GTEST_SOURCE_DIR}" "${CMAKE_BINARY_DIR}/_deps/googletest"
+                       EXCLUDE_FROM_ALL)
+    else()
+      message(STATUS "GoogleTest: not installed, fetching v1.15.2")
+      include(FetchContent)
+      FetchContent_Declare(googletest
+        URL https://github.com/google/googletest/archive/refs/tags/v1.15.2.tar.gz
+        DOWNLOAD_EXTRACT_TIMESTAMP ON)
+      set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+      FetchContent_MakeAvailable(googletest)
+    endif()
+  endif()
+endmacro()
+
+# One exercise: its checker compiled once, linked with the stub (learner) and/or the solution.
+#   course_exercise(MODULE 01_basics ID vector_add FILE vector_add.cu
+#                   CHECKER tests/vector_add_test.cu MIN_SM 75)
+function(course_exercise)
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM" "" ${ARGN})
+  set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
+  set(base "${EX_MODULE}.${EX_ID}")
+
+  add_library(${base}.checker OBJECT "${module_dir}/${EX_CHECKER}")
+  target_include_directories(${base}.checker PRIVATE "${module_dir}")
+  target_compile_definitions(${base}.checker PRIVATE COURSE_MIN_SM=${EX_MIN_SM})
+  target_link_libraries(${base}.checker PRIVATE course::harness)
+
+  foreach(variant IN LISTS COURSE_VARIANTS)
+    if(variant STREQUAL "learner")
+      set(source "${module_dir}/${EX_FILE}")
+    elseif(variant STREQUAL "solution")
+      set(source "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
+    else()
+      message(FATAL_ERROR "COURSE_VARIANTS: unknown variant '${variant}' (learner, solution)")
+    endif()
+    set(target "${base}.${variant}")
+    add_executable(${target} "${source}" $<TARGET_OBJECTS:${base}.checker>)
+    target_include_directories(${target} PRIVATE "${module_dir}")
+    # course::exercise is all a stub may use; the harness and the baselines are the checker's.
+    target_link_libraries(${target} PRIVATE course::exercise course::harness course::baselines)
+    set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
+    add_test(NAME ${target} COMMAND ${target} --gtest_color=no)
+    set_tests_properties(${target} PROPERTIES
+      LABELS "${EX_MODULE};${variant}"
+      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] [0-9]+ test"
+      TIMEOUT 600)
+  endforeach()
+endfunction()
+
+# A module: one course_exercise() per [[exercise]] of its module.toml. CMake has no TOML parser,
+# so it reads the four one-line keys it needs; `grader check` enforces that form.
+function(course_module module_dir)
+  get_filename_component(module "${module_dir}" NAME)
+  file(READ "${module_dir}/module.toml" manifest)
+  string(REGEX MATCHALL
+    "\n(\\[\\[exercise\\]\\]|id = \"[^\"\n]*\"|file = \"[^\"\n]*\"|checker = \"[^\"\n]*\"|min_sm = [0-9]+)"
+    keys "\n${manifest}")
+  set(id "")
+  foreach(key IN LISTS keys)
+    string(STRIP "${key}" key)
+    if(key STREQUAL "[[exercise]]")
+      if(id)
+        course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm})
+      endif()
+      set(id "")
+      set(min_sm 0)
+    elseif(key MATCHES "^(id|file|checker) = \"(.*)\"$")
+      set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
+    elseif(key MATCHES "^min_sm = ([0-9]+)$")
+      set(min_sm "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  if(id)
+    course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm})
+  endif()
+endfunction()

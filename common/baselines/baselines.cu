@@ -1,0 +1,88 @@
+// The baselines of course/baselines.h. Library handles and scratch space are created once and
+// kept, so that warm-up pays for them and timed samples measure only the operation.
+#include "course/baselines.h"
+
+#include <cublas_v2.h>
+
+#include <cub/device/device_histogram.cuh>
+#include <cub/device/device_reduce.cuh>
+#include <cub/device/device_scan.cuh>
+#include <stdexcept>
+#include <string>
+
+#include "course/check.h"
+
+namespace course::baseline {
+
+namespace {
+
+void cublas_check(cublasStatus_t status, const char* expression) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(status) +
+                                 " in `" + expression + "`");
+}
+
+cublasHandle_t cublas() {
+    static cublasHandle_t handle = [] {
+        cublasHandle_t h = nullptr;
+        // The default math mode: FP32 SGEMM without TF32, what PyTorch runs for float32 matmul.
+        cublas_check(cublasCreate(&h), "cublasCreate");
+        return h;
+    }();
+    return handle;
+}
+
+// CUB's temporary storage: grown on demand, never shrunk.
+void* scratch(std::size_t bytes) {
+    static void* buffer = nullptr;
+    static std::size_t capacity = 0;
+    if (bytes > capacity) {
+        if (buffer) CUDA_CHECK(cudaFree(buffer));
+        CUDA_CHECK(cudaMalloc(&buffer, bytes));
+        capacity = bytes;
+    }
+    return buffer;
+}
+
+// CUB's two-phase call: ask for the scratch size, then run.
+template <class Call>
+void run_cub(Call call) {
+    std::size_t bytes = 0;
+    CUDA_CHECK(call(nullptr, bytes));
+    CUDA_CHECK(call(scratch(bytes), bytes));
+}
+
+}  // namespace
+
+void device_copy(void* dst, const void* src, std::size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C) {
+    // cuBLAS is column-major: a row-major C = A * B is the column-major C^T = B^T * A^T.
+    const float alpha = 1.0f, beta = 0.0f;
+    cublas_check(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, N, A, K,
+                             &beta, C, N),
+                 "cublasSgemm");
+}
+
+void cub_reduce_sum(const float* in, float* out, std::size_t n) {
+    run_cub([&](void* temp, std::size_t& bytes) {
+        return cub::DeviceReduce::Sum(temp, bytes, in, out, static_cast<std::int64_t>(n));
+    });
+}
+
+void cub_inclusive_scan(const int* in, int* out, std::size_t n) {
+    run_cub([&](void* temp, std::size_t& bytes) {
+        return cub::DeviceScan::InclusiveSum(temp, bytes, in, out, static_cast<std::int64_t>(n));
+    });
+}
+
+void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bins) {
+    run_cub([&](void* temp, std::size_t& bytes) {
+        return cub::DeviceHistogram::HistogramEven(temp, bytes, data, bins, 257, 0, 256,
+                                                   static_cast<std::int64_t>(n));
+    });
+}
+
+}  // namespace course::baseline

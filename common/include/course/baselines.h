@@ -1,0 +1,26 @@
+// What each exercise is measured against, timed in the same process. Only checkers include this
+// header: it lives in a shared library that links cuBLAS/CUB privately, so a learner's stub can
+// neither link those libraries nor (the grader refuses it) include this header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace course::baseline {
+
+// cudaMemcpy device to device: the memory-bound ceiling (counts `bytes` read + `bytes` written).
+void device_copy(void* dst, const void* src, std::size_t bytes);
+
+// C = A * B, row-major float32: A is M x K, B is K x N, C is M x N. cuBLAS in plain FP32 (no TF32).
+void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C);
+
+// *out = sum of in[0..n), CUB DeviceReduce::Sum.
+void cub_reduce_sum(const float* in, float* out, std::size_t n);
+
+// out[i] = in[0] + ... + in[i], CUB DeviceScan::InclusiveSum.
+void cub_inclusive_scan(const int* in, int* out, std::size_t n);
+
+// bins[v] = count of bytes equal to v, 256 bins, CUB DeviceHistogram::HistogramEven.
+void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bins);
+
+}  // namespace course::baseline

@@ -1,0 +1,30 @@
+// The GPU this checker runs on, and the reasons to skip rather than fail.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace course {
+
+struct GpuInfo {
+    bool available = false;
+    std::string unavailable_reason;  // why not, when !available
+    int device = 0;
+    int sm = 0;                      // compute capability as major*10+minor (90 = Hopper)
+    int multiprocessors = 0;
+    std::size_t l2_bytes = 0;
+    std::size_t global_memory_bytes = 0;
+    std::string name;
+};
+
+// Queried once per process.
+const GpuInfo& gpu();
+
+// Why a test needing compute capability `min_sm` cannot run here, or nothing.
+std::optional<std::string> gpu_skip_reason(int min_sm);
+
+// Why a test needing `bytes` of free device memory cannot run here, or nothing.
+std::optional<std::string> memory_skip_reason(std::size_t bytes);
+
+}  // namespace course

@@ -1,0 +1,51 @@
+// The one include of a checker: GoogleTest, device buffers, seeded inputs, comparison, timing,
+// and the fixture that skips with a reason when the GPU is missing or too old.
+//
+//   class VectorAdd : public course::GpuTest {};
+//   TEST_F(VectorAdd, EdgeSizes) { auto rng = test_rng(); ... }
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "course/bench.h"
+#include "course/buffer.h"
+#include "course/check.h"
+#include "course/compare.h"
+#include "course/gpu.h"
+#include "course/random.h"
+
+#ifndef COURSE_MIN_SM
+#error "COURSE_MIN_SM comes from the manifest's min_sm through course_exercise() (cmake/Course.cmake)"
+#endif
+
+namespace course {
+
+class GpuTest : public testing::Test {
+protected:
+    void SetUp() override {
+        RecordProperty("seed", std::to_string(run_seed()));
+        if (auto reason = gpu_skip_reason(COURSE_MIN_SM)) {
+            RecordProperty("skip_reason", *reason);
+            GTEST_SKIP() << *reason;
+        }
+    }
+    // This test's own input stream (independent of which other tests run).
+    static Rng test_rng() {
+        const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+        return rng_for(std::string(info->test_suite_name()) + "." + info->name());
+    }
+};
+
+}  // namespace course
+
+// Skips the current test, with the reason recorded for the grader, when the device lacks `bytes`
+// of free memory (large cases on small GPUs).
+#define COURSE_REQUIRE_MEMORY(bytes)                                        \
+    do {                                                                    \
+        if (auto course_reason = ::course::memory_skip_reason(bytes)) {     \
+            ::testing::Test::RecordProperty("skip_reason", *course_reason); \
+            GTEST_SKIP() << *course_reason;                                 \
+        }                                                                   \
+    } while (0)

@@ -1,0 +1,103 @@
+// The comparison must pass right answers, fail wrong ones, and say what kind of wrong.
+#include "course/compare.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using course::CompareOptions;
+using course::Tolerance;
+
+std::vector<float> iota(std::size_t n) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = 1.0f + static_cast<float>(i);
+    return v;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+float poison() {
+    float value;
+    const auto pattern = course::poison_pattern<float>();
+    std::memcpy(&value, &pattern, sizeof value);
+    return value;
+}
+
+TEST(Compare, AcceptsAnExactMatch) {
+    const auto want = iota(100);
+    EXPECT_TRUE(course::expect_close(want, as_double(want), Tolerance::float32()));
+}
+
+TEST(Compare, AcceptsRoundingWithinTolerance) {
+    auto got = iota(100);
+    const auto want = as_double(got);
+    for (float& v : got) v = std::nextafter(v, 1e9f);  // one ulp off everywhere
+    EXPECT_TRUE(course::expect_close(got, want, Tolerance::float32()));
+}
+
+TEST(Compare, RejectsAndCountsWrongElements) {
+    auto got = iota(100);
+    const auto want = as_double(got);
+    got[7] += 0.5f;
+    got[42] = -1.0f;
+    const auto result = course::expect_close(got, want, Tolerance::float32(), {"c"});
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("`c`: 2 of 100 elements are wrong"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("[7] got 8.5, want 8"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("GRADER_SEED="));
+}
+
+TEST(Compare, NamesAMissingTail) {
+    auto got = iota(1000);
+    const auto want = as_double(got);
+    for (std::size_t i = 997; i < 1000; ++i) got[i] = poison();
+    const auto result = course::expect_close(got, want, Tolerance::float32());
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("never written"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("every element from [997] to the end"));
+}
+
+TEST(Compare, NaNNeverPassesAndAllZerosIsNamed) {
+    std::vector<float> zeros(10, 0.0f);
+    const auto result = course::expect_close(zeros, as_double(iota(10)), Tolerance::float32());
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("the output is all zeros"));
+
+    std::vector<float> nan(10, std::numeric_limits<float>::quiet_NaN());
+    EXPECT_FALSE(course::expect_close(nan, as_double(iota(10)), Tolerance{1e9, 1e9}));
+}
+
+TEST(Compare, MatrixMessagesUseRowsAndColumns) {
+    const std::size_t rows = 4, cols = 10;
+    auto got = iota(rows * cols);
+    const auto want = as_double(got);
+    for (std::size_t r = 0; r < rows; ++r) got[r * cols + 9] = poison();  // last column unwritten
+    CompareOptions options{"C", course::Matrix{rows, cols}};
+    const auto result = course::expect_close(got, want, Tolerance::float32(), options);
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("(0, 9) got NaN/poison"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("only the last columns are wrong"));
+}
+
+TEST(Compare, IntegersMustMatchExactly) {
+    std::vector<int> got{1, 2, 3}, want{1, 2, 4};
+    EXPECT_FALSE(course::expect_equal(got, want));
+    EXPECT_TRUE(course::expect_equal(want, want));
+}
+
+TEST(Tolerance, GrowsWithTheReductionLengthButNotToAMissingTerm) {
+    const Tolerance short_sum = Tolerance::float32(16), long_sum = Tolerance::float32(4096);
+    EXPECT_LT(short_sum.rtol, long_sum.rtol);
+    // A dot product of K = 4096 terms of magnitude ~0.25: dropping one term must fail.
+    const Tolerance dot = Tolerance::float32(4096, 0.25);
+    EXPECT_FALSE(dot.accepts(10.0 + 0.25, 10.0));
+    EXPECT_TRUE(dot.accepts(10.0 + 1e-5, 10.0));
+}
+
+}  // namespace

@@ -1,0 +1,66 @@
+// Checker of 01_basics/vector_add: edge sizes first (a tail, a prime, one element), then the
+// bandwidth on 2^25 elements against a device-to-device copy timed in the same run.
+#include <string>
+#include <vector>
+
+#include "course/baselines.h"
+#include "course/testing.h"
+#include "vector_add.h"
+
+namespace {
+
+class VectorAdd : public course::GpuTest {};
+
+std::vector<float> add_on_host(const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<float> c(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) c[i] = a[i] + b[i];  // one rounding, as on the GPU
+    return c;
+}
+
+void check_size(std::size_t n, course::Rng& rng) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    const auto a = course::random_floats(n, -1.0f, 1.0f, rng);
+    const auto b = course::random_floats(n, -1.0f, 1.0f, rng);
+    course::DeviceBuffer<float> d_a("a", a), d_b("b", b), d_c("c", n);
+
+    vector_add(d_a.data(), d_b.data(), d_c.data(), n);
+
+    EXPECT_TRUE(course::expect_close(d_c.download(), add_on_host(a, b), course::Tolerance::float32(),
+                                     {"c"}));
+    EXPECT_TRUE(d_c.redzones_intact());
+}
+
+TEST_F(VectorAdd, EdgeSizes) {
+    auto rng = test_rng();
+    // 1: a single thread's work; 31/33: around a warp; 1009: prime, so never a multiple of the
+    // block; 2^24 + 3: many blocks and a 3-element tail.
+    for (std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{33}, std::size_t{1009},
+                          (std::size_t{1} << 24) + 3}) {
+        check_size(n, rng);
+    }
+}
+
+TEST_F(VectorAdd, Bandwidth) {
+    // 2^25 floats per array: a, b, c and the copy's destination are 128 MiB each (512 MiB in
+    // all), far above any L2, so this measures device memory.
+    const std::size_t n = std::size_t{1} << 25;
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (256u << 20));
+    auto rng = test_rng();
+    const auto a = course::random_floats(n, -1.0f, 1.0f, rng);
+    const auto b = course::random_floats(n, -1.0f, 1.0f, rng);
+    course::DeviceBuffer<float> d_a("a", a), d_b("b", b), d_c("c", n), d_copy("copy", n);
+
+    const auto timing = course::time_against(
+        [&] { vector_add(d_a.data(), d_b.data(), d_c.data(), n); },
+        [&] { course::baseline::device_copy(d_copy.data(), d_a.data(), n * sizeof(float)); });
+
+    // The timed output must be right too.
+    EXPECT_TRUE(course::expect_close(d_c.download(), add_on_host(a, b), course::Tolerance::float32(),
+                                     {"c"}));
+    // vector_add reads a and b and writes c: 3 * 4n bytes. The copy reads and writes 4n each.
+    course::record_perf({"n=2^25", "GB/s", course::gb_per_s(3.0 * sizeof(float) * n, timing.learner.median_ms),
+                         "copy", course::gb_per_s(2.0 * sizeof(float) * n, timing.baseline.median_ms),
+                         timing});
+}
+
+}  // namespace
