@@ -1,0 +1,113 @@
+// Checker of 01_basics/matrix_add_2d: shapes with partial blocks on both edges, non-square ones
+// (for swapped x and y) and leading dimensions wider than the rows (for r * cols used in place of
+// r * ld, and for writes into the padding), then the bandwidth on a 256 MiB+ problem against a
+// device-to-device copy timed in the same run.
+//
+// C's padding starts as the poison (NaN) and must still be NaN afterwards. A's and B's padding
+// hold random numbers, so a kernel that adds ld columns instead of cols leaves numbers there.
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "course/baselines.h"
+#include "course/testing.h"
+#include "matrix_add_2d.h"
+
+namespace {
+
+class MatrixAdd2d : public course::GpuTest {};
+
+struct Shape {
+    std::size_t rows, cols, ld;
+};
+
+std::string describe(const Shape& shape) {
+    return std::to_string(shape.rows) + " x " + std::to_string(shape.cols) + ", ld " +
+           std::to_string(shape.ld);
+}
+
+// Compares C (rows * ld floats, as downloaded) with A + B: the rows x cols elements against the
+// sums, the padding against "never written".
+void expect_sum_and_untouched_padding(const std::vector<float>& c, const std::vector<float>& a,
+                                      const std::vector<float>& b, const Shape& shape) {
+    std::vector<float> got, want, padding;
+    got.reserve(shape.rows * shape.cols);
+    want.reserve(shape.rows * shape.cols);
+    padding.reserve(shape.rows * (shape.ld - shape.cols));
+    for (std::size_t r = 0; r < shape.rows; ++r) {
+        for (std::size_t col = 0; col < shape.cols; ++col) {
+            const std::size_t i = r * shape.ld + col;
+            got.push_back(c[i]);
+            want.push_back(a[i] + b[i]);  // one rounding, as on the GPU
+        }
+        for (std::size_t col = shape.cols; col < shape.ld; ++col)
+            padding.push_back(c[r * shape.ld + col]);
+    }
+    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::float32(),
+                                     {"C", course::Matrix{shape.rows, shape.cols}}));
+    // A NaN reference accepts only NaN: the poison that the padding held before the call.
+    const std::vector<float> poison(padding.size(), std::numeric_limits<float>::quiet_NaN());
+    EXPECT_TRUE(course::expect_close(
+        padding, poison, course::Tolerance::exact(),
+        {"C's padding (columns cols..ld-1 of each row, which must not be written)",
+         course::Matrix{shape.rows, shape.ld - shape.cols}}));
+}
+
+TEST_F(MatrixAdd2d, EdgeShapes) {
+    auto rng = test_rng();
+    // 1 x 1 (alone and in a padded row); 31 x 33 and 33 x 31: partial blocks on both edges, not
+    // square; 37 x 1000 in rows of 1024 and 1000 x 37 in rows of 64: padded, and swapped x/y or
+    // rows/cols land far off; a single row and a single column.
+    for (const Shape shape : {Shape{1, 1, 1}, Shape{1, 1, 4}, Shape{31, 33, 33}, Shape{33, 31, 40},
+                              Shape{37, 1000, 1024}, Shape{1000, 37, 64}, Shape{1, 1009, 1024},
+                              Shape{1009, 1, 3}}) {
+        SCOPED_TRACE(describe(shape));
+        const std::size_t count = shape.rows * shape.ld;
+        const auto a = course::random_floats(count, -1.0f, 1.0f, rng);
+        const auto b = course::random_floats(count, -1.0f, 1.0f, rng);
+        course::DeviceBuffer<float> d_a("A", a), d_b("B", b), d_c("C", count);
+
+        matrix_add_2d(d_a.data(), d_b.data(), d_c.data(), static_cast<int>(shape.rows),
+                      static_cast<int>(shape.cols), static_cast<int>(shape.ld));
+
+        expect_sum_and_untouched_padding(d_c.download(), a, b, shape);
+        EXPECT_TRUE(d_c.redzones_intact());
+    }
+}
+
+TEST_F(MatrixAdd2d, Bandwidth) {
+    // 8192 x 4096 floats, ld = cols (a plain matrix, so the rate compares directly with a copy):
+    // A, B, C and the copy's destination are 128 MiB each (A, B, C together 384 MiB), far above
+    // any L2, so this measures device memory.
+    const Shape shape{8192, 4096, 4096};
+    const std::size_t count = shape.rows * shape.ld;
+    COURSE_REQUIRE_MEMORY(4 * count * sizeof(float) + (256u << 20));
+    SCOPED_TRACE(describe(shape));
+    auto rng = test_rng();
+    const auto a = course::random_floats(count, -1.0f, 1.0f, rng);
+    const auto b = course::random_floats(count, -1.0f, 1.0f, rng);
+    course::DeviceBuffer<float> d_a("A", a), d_b("B", b), d_c("C", count), d_copy("copy", count);
+
+    const auto timing = course::time_against(
+        [&] {
+            matrix_add_2d(d_a.data(), d_b.data(), d_c.data(), static_cast<int>(shape.rows),
+                          static_cast<int>(shape.cols), static_cast<int>(shape.ld));
+        },
+        [&] { course::baseline::device_copy(d_copy.data(), d_a.data(), count * sizeof(float)); });
+
+    // The timed output must be right too.
+    expect_sum_and_untouched_padding(d_c.download(), a, b, shape);
+    EXPECT_TRUE(d_c.redzones_intact());
+    // C = A + B reads A and B and writes C: 3 * 4 * rows * cols bytes. The copy reads and writes
+    // 4 * rows * cols bytes each.
+    const double elements = static_cast<double>(shape.rows * shape.cols);
+    course::record_perf({"8192x4096", "GB/s",
+                         course::gb_per_s(3.0 * sizeof(float) * elements, timing.learner.median_ms),
+                         "copy",
+                         course::gb_per_s(2.0 * sizeof(float) * elements,
+                                          timing.baseline.median_ms),
+                         timing});
+}
+
+}  // namespace
