@@ -1,0 +1,136 @@
+// Checker of 03_patterns/histogram: uniform bytes, a skewed input (90% one value) and a single
+// value repeated (every thread on the same counter), at sizes around a warp, around 256 and a
+// uint4, a prime and 2^24 + 3; then 2^28 bytes timed against CUB, uniform and single-valued.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "course/baselines.h"
+#include "course/reference/reduce.h"
+#include "course/testing.h"
+#include "histogram.h"
+
+namespace {
+
+class Histogram : public course::GpuTest {};
+
+std::vector<std::uint8_t> uniform_bytes(std::size_t n, course::Rng& rng) {
+    std::vector<std::uint8_t> bytes(n);
+    for (std::size_t i = 0; i < n; i += 8) {
+        const std::uint64_t bits = rng.next_u64();
+        for (std::size_t k = 0; k < 8 && i + k < n; ++k)
+            bytes[i + k] = static_cast<std::uint8_t>(bits >> (8 * k));
+    }
+    return bytes;
+}
+
+// 90% of the bytes are `common`, the rest uniform.
+std::vector<std::uint8_t> skewed_bytes(std::size_t n, std::uint8_t common, course::Rng& rng) {
+    std::vector<std::uint8_t> bytes = uniform_bytes(n, rng);
+    for (auto& b : bytes)
+        if (rng.uniform01() < 0.9) b = common;
+    return bytes;
+}
+
+// What the wrong counts suggest: bins never zeroed, bytes lost or doubled, or bytes in the
+// wrong bins.
+std::string diagnose(const std::vector<unsigned int>& got, const std::vector<std::uint64_t>& want,
+                     std::size_t n) {
+    bool off_by_poison = true;
+    std::uint64_t total = 0;
+    for (std::size_t v = 0; v < got.size(); ++v) {
+        // unsigned arithmetic wraps: counting on top of the garbage leaves exactly the garbage.
+        off_by_poison &= got[v] - static_cast<unsigned int>(want[v]) ==
+                         static_cast<unsigned int>(course::poison_pattern<unsigned int>());
+        total += got[v];
+    }
+    if (off_by_poison)
+        return "every bin is off by exactly the garbage the checker put in `bins` before the "
+               "call: the launcher must zero the bins first (cudaMemsetAsync)";
+    if (total != n)
+        return "the counts add up to " + std::to_string(total) + ", but there are " +
+               std::to_string(n) + " bytes: bytes were skipped or counted twice (the last n % 16 "
+               "bytes? the grid-stride loop? the merge of the block counts?)";
+    return "the counts add up to n, but bytes landed in the wrong bins: is every byte of a word "
+           "taken with the right shift and mask?";
+}
+
+void check_histogram(const std::vector<std::uint8_t>& data) {
+    const course::DeviceBuffer<std::uint8_t> d_data("data", data);
+    course::DeviceBuffer<unsigned int> bins("bins", 256);  // holds the poison: not zeroed
+    histogram_256(d_data.data(), data.size(), bins.data());
+    const auto got = bins.download();
+    const auto want = course::reference::histogram_256(data);
+    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"bins"}))
+        << diagnose(got, want, data.size());
+    EXPECT_TRUE(bins.redzones_intact());
+}
+
+// 1: one byte; 31/33: around a warp; 255/256/257: around the bin count and a multiple of 16
+// bytes (uint4); 65521: prime, n % 16 = 1; 2^24 + 3: many blocks, a tail of 3 bytes.
+const std::size_t kSizes[] = {1, 31, 33, 255, 256, 257, 65521, (std::size_t{1} << 24) + 3};
+
+TEST_F(Histogram, UniformBytes) {
+    auto rng = test_rng();
+    for (std::size_t n : kSizes) {
+        SCOPED_TRACE("n = " + std::to_string(n) + ", uniform bytes");
+        check_histogram(uniform_bytes(n, rng));
+    }
+}
+
+TEST_F(Histogram, SkewedBytes) {
+    auto rng = test_rng();
+    for (std::size_t n : kSizes) {
+        const auto common = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
+        SCOPED_TRACE("n = " + std::to_string(n) + ", 90% of the bytes are " + std::to_string(common));
+        check_histogram(skewed_bytes(n, common, rng));
+    }
+}
+
+TEST_F(Histogram, OneValueRepeated) {
+    auto rng = test_rng();
+    for (std::size_t n : kSizes) {
+        const auto value = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
+        SCOPED_TRACE("n = " + std::to_string(n) + ", every byte is " + std::to_string(value));
+        check_histogram(std::vector<std::uint8_t>(n, value));
+    }
+}
+
+// 2^28 bytes (256 MiB), far above any L2: timed against CUB on the same data.
+void time_against_cub(const std::vector<std::uint8_t>& data, const std::string& label) {
+    const std::size_t n = data.size();
+    const course::DeviceBuffer<std::uint8_t> d_data("data", data);
+    course::DeviceBuffer<unsigned int> bins("bins", 256), cub_bins("cub_bins", 256);
+
+    const auto timing = course::time_against(
+        [&] { histogram_256(d_data.data(), n, bins.data()); },
+        [&] { course::baseline::cub_histogram_256(d_data.data(), n, cub_bins.data()); });
+
+    const auto got = bins.download();
+    const auto want = course::reference::histogram_256(data);
+    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"bins"}))
+        << diagnose(got, want, n);
+    EXPECT_TRUE(bins.redzones_intact());
+    // Both read the n input bytes once (and write 256 counters).
+    course::record_perf({label, "GB/s", course::gb_per_s(static_cast<double>(n), timing.learner.median_ms),
+                         "cub_histogram_256",
+                         course::gb_per_s(static_cast<double>(n), timing.baseline.median_ms), timing});
+}
+
+constexpr std::size_t kTimedN = std::size_t{1} << 28;
+
+TEST_F(Histogram, BandwidthUniform) {
+    COURSE_REQUIRE_MEMORY(kTimedN + (256u << 20));
+    auto rng = test_rng();
+    time_against_cub(uniform_bytes(kTimedN, rng), "n=2^28 uniform");
+}
+
+TEST_F(Histogram, BandwidthOneValue) {
+    // Every byte the same: the worst case for contention on one counter.
+    COURSE_REQUIRE_MEMORY(kTimedN + (256u << 20));
+    auto rng = test_rng();
+    const auto value = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
+    time_against_cub(std::vector<std::uint8_t>(kTimedN, value), "n=2^28 one value");
+}
+
+}  // namespace
