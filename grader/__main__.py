@@ -1,0 +1,3 @@
+from grader.cli import main
+
+main(prog_name="grader")

@@ -1,0 +1,80 @@
+"""`grader check`: is the course itself healthy? Every problem found, one line each."""
+from pathlib import Path
+
+from grader.build import BuildTree, Log, forbidden_includes
+from grader.course import Course, module_dirs, select
+from grader.errors import UserError
+from grader.grading import build_exercises, grade
+from grader.manifest import Exercise, read_module
+from grader.results import LEARNER, PASS, SOLUTION, TODO, Result
+
+STUB_MARKERS = ("TODO", "COURSE_TODO")
+
+
+def static_problems(root: Path, selector: str) -> tuple[Course, list[Exercise], list[str]]:
+    """Manifests (all of them), then the files and stubs of the selected exercises."""
+    modules, problems = [], []
+    for folder in module_dirs(root):
+        module, module_problems = read_module(folder)
+        problems += module_problems
+        if module:
+            modules.append(module)
+    course = Course(root=root, modules=tuple(modules))
+    try:
+        exercises = select(course, selector)
+    except UserError:
+        if problems:  # the selected module may be the one whose manifest is broken
+            return course, [], problems
+        raise
+    return course, exercises, problems + [problem for exercise in exercises
+                                          for problem in file_problems(course, exercise)]
+
+
+def file_problems(course: Course, exercise: Exercise) -> list[str]:
+    files = {"stub": course.stub(exercise), "contract": course.contract(exercise),
+             "checker": course.checker(exercise), "solution": course.solution(exercise)}
+    problems = [f"{exercise.key}: its {role} {course.relative(path)} is missing"
+                for role, path in files.items() if not path.is_file()]
+    if files["stub"].is_file():
+        problems += _stub_problems(course, exercise, files["stub"].read_text(encoding="utf-8"))
+    return problems
+
+
+def _stub_problems(course: Course, exercise: Exercise, stub: str) -> list[str]:
+    where = f"{exercise.key}: the stub {course.relative(course.stub(exercise))}"
+    problems = [f"{where} has no {marker}" for marker in STUB_MARKERS if marker not in stub]
+    return problems + [f"{where} includes <{header}>, which an exercise may not use"
+                       for header in forbidden_includes(stub)]
+
+
+def build_problems(course: Course, exercises: list[Exercise], log: Log,
+                   run_checkers: bool) -> list[str]:
+    """Builds both variants; with a GPU, runs them: stubs must say todo, solutions pass fast."""
+    problems = []
+    for variant in (LEARNER, SOLUTION):
+        tree = BuildTree.standard(course, variant)
+        if run_checkers:
+            problems += [problem for result in grade(tree, exercises, log)
+                         for problem in _result_problems(result)]
+        else:
+            not_built = build_exercises(tree, exercises, log)
+            problems += [f"{exercise.key}: the {variant} does not build: {_first(outcome.detail)}"
+                         for exercise, outcome in not_built.items()]
+    return problems
+
+
+def _result_problems(result: Result) -> list[str]:
+    key, variant = result.exercise.key, result.variant
+    expected = TODO if variant == LEARNER else PASS
+    if result.status != expected:
+        return [f"{key}: the {variant} reports {result.status} (expected {expected}): "
+                f"{_first(result.outcome.detail)}"]
+    if result.target_met is False:
+        ratios = ", ".join(case.percent_text() for case in result.outcome.perf)
+        return [f"{key}: the solution reaches {ratios} of {result.exercise.baseline}, below its "
+                f"target of {result.exercise.target:.0%}"]
+    return []
+
+
+def _first(detail: list[str]) -> str:
+    return detail[0] if detail else "(no detail)"

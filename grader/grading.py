@@ -1,0 +1,54 @@
+"""Grading a selection: configure once, refuse forbidden stubs, build, run each checker."""
+from grader.build import BuildTree, Log, build, configure, forbidden_includes
+from grader.classify import classify
+from grader.manifest import Exercise
+from grader.results import BUILD_ERROR, LEARNER, Outcome, Result
+from grader.runner import run_checker
+
+
+def grade(tree: BuildTree, exercises: list[Exercise], log: Log,
+          timeout_s: float | None = None) -> list[Result]:
+    """One Result per exercise, in order; `timeout_s` overrides each manifest's timeout_s."""
+    not_runnable = build_exercises(tree, exercises, log)
+    return [_not_run_result(tree, exercise, not_runnable[exercise]) if exercise in not_runnable
+            else _run(tree, exercise, timeout_s or exercise.timeout_s) for exercise in exercises]
+
+
+def build_exercises(tree: BuildTree, exercises: list[Exercise],
+                    log: Log) -> dict[Exercise, Outcome]:
+    """Configures and builds; returns the exercises that did not build (or were refused)."""
+    configure(tree, log)
+    not_built = _refused(tree, exercises) if tree.variant == LEARNER else {}
+    failures = build(tree, [tree.target(exercise) for exercise in exercises
+                            if exercise not in not_built], log)
+    for exercise in exercises:
+        failure = failures.get(tree.target(exercise))
+        if failure:
+            not_built[exercise] = Outcome(BUILD_ERROR, failure.errors, output=failure.output)
+    return not_built
+
+
+def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
+    """The learner files that include what they are measured against, refused unbuilt."""
+    refused = {}
+    for exercise in exercises:
+        stub = tree.course.stub(exercise)
+        headers = forbidden_includes(stub.read_text(encoding="utf-8")) if stub.is_file() else []
+        if headers:
+            refused[exercise] = Outcome(BUILD_ERROR, [
+                f"refused: {tree.course.relative(stub)} includes <{headers[0]}>; an exercise may "
+                "not call the library it is measured against"])
+    return refused
+
+
+def _not_run_result(tree: BuildTree, exercise: Exercise, outcome: Outcome) -> Result:
+    return Result(exercise, tree.variant, outcome, tree.course.relative(tree.executable(exercise)))
+
+
+def _run(tree: BuildTree, exercise: Exercise, timeout_s: float) -> Result:
+    exe = tree.executable(exercise)
+    relative_exe = tree.course.relative(exe)
+    run = run_checker(exe, tree.path, timeout_s)
+    outcome = classify(run, exe=relative_exe, timeout_s=timeout_s,
+                       strip_root=tree.course.strip_root)
+    return Result(exercise, tree.variant, outcome, relative_exe, run.duration_s)

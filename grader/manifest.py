@@ -1,0 +1,190 @@
+"""Reading and validating `modules/NN_topic/module.toml` (the format is in CONTRIBUTING.md)."""
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+DEFAULT_TIMEOUT_S = 120.0
+MIN_HINTS = 2
+MODULE_NAME = re.compile(r"^[0-9]{2}_[a-z0-9_]+$")
+EXERCISE_ID = re.compile(r"^[a-z][a-z0-9_]*$")
+
+# key: (accepted types, how a problem names them)
+MODULE_SCHEMA = {"title": (str, "a string"), "week": (int, "an integer")}
+EXERCISE_SCHEMA = {
+    "id": (str, "a string"),
+    "title": (str, "a string"),
+    "file": (str, "a string"),
+    "checker": (str, "a string"),
+    "min_sm": (int, "an integer"),
+    "metric": (str, "a string"),
+    "baseline": (str, "a string"),
+    "target": ((int, float), "a number"),
+    "timeout_s": ((int, float), "a number"),
+    "hints": (list, "a list of strings"),
+}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s"}
+
+# The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
+# way it matches them: at the start of a line, on one line.
+CMAKE_KEYS = ("id", "file", "checker", "min_sm")
+CMAKE_LINE = re.compile(r'^(?:(id|file|checker) = "([^"\n]*)"|(min_sm) = ([0-9]+))')
+CMAKE_ENTRY = "[[exercise]]"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    module: str
+    id: str
+    title: str
+    file: str
+    checker: str
+    min_sm: int
+    metric: str
+    baseline: str
+    target: float
+    timeout_s: float
+    hints: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}/{self.id}"
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    title: str
+    week: int
+    exercises: tuple[Exercise, ...]
+
+
+def read_module(module_dir: Path) -> tuple[Module | None, list[str]]:
+    """The module of `module_dir`, or None and every problem of its manifest."""
+    where = f"modules/{module_dir.name}/module.toml"
+    text = (module_dir / "module.toml").read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        return None, [f"{where}: not valid TOML ({error})"]
+    problems = manifest_problems(module_dir.name, data, text)
+    if problems:
+        return None, [f"{where}: {problem}" for problem in problems]
+    return _module(module_dir.name, data), []
+
+
+def manifest_problems(module_name: str, data: dict, text: str) -> list[str]:
+    problems = []
+    if not MODULE_NAME.match(module_name):
+        problems.append(f"the folder name '{module_name}' is not NN_topic (zero-padded number)")
+    problems += [f"unknown top-level key '{key}'" for key in data.keys() - {"module", "exercise"}]
+    header = data.get("module")
+    if isinstance(header, dict):
+        problems += _schema_problems("[module]", header, MODULE_SCHEMA, optional=set())
+    else:
+        problems.append("missing the [module] table (title, week)")
+    entries = data.get("exercise")
+    if not (isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries)):
+        return problems + ["no [[exercise]] tables"]
+    for number, entry in enumerate(entries, start=1):
+        problems += _exercise_problems(f"exercise '{entry.get('id', f'#{number}')}'", entry)
+    problems += _duplicate_id_problems(entries)
+    return problems + _one_line_form_problems(text, entries)
+
+
+def _has_type(value, types) -> bool:
+    # TOML booleans are Python bools, which are ints too: `min_sm = true` is not a number.
+    return not isinstance(value, bool) and isinstance(value, types)
+
+
+def _schema_problems(where: str, table: dict, schema: dict, optional: set) -> list[str]:
+    problems = []
+    for key, (types, type_name) in schema.items():
+        if key not in table:
+            if key not in optional:
+                problems.append(f"{where}: missing key '{key}'")
+        elif not _has_type(table[key], types):
+            problems.append(f"{where}: '{key}' must be {type_name}")
+    problems += [f"{where}: unknown key '{key}'" for key in sorted(table.keys() - schema.keys())]
+    return problems
+
+
+def _exercise_problems(where: str, entry: dict) -> list[str]:
+    problems = _schema_problems(where, entry, EXERCISE_SCHEMA, OPTIONAL_EXERCISE_KEYS)
+    if problems:
+        return problems
+    if not EXERCISE_ID.match(entry["id"]):
+        problems.append(f"{where}: the id must be snake_case")
+    hints = entry["hints"]
+    if len(hints) < MIN_HINTS or not all(isinstance(hint, str) and hint for hint in hints):
+        problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
+    if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:
+        problems.append(f"{where}: min_sm and target must be >= 0, timeout_s > 0")
+    if (entry["metric"] == "") != (entry["baseline"] == ""):
+        problems.append(f"{where}: 'metric' and 'baseline' go together (both set or both empty)")
+    if entry["target"] > 0 and not entry["baseline"]:
+        problems.append(f"{where}: a 'target' needs a 'baseline' (it is a ratio to the baseline)")
+    return problems
+
+
+def _duplicate_id_problems(entries: list[dict]) -> list[str]:
+    ids = [entry.get("id") for entry in entries]
+    duplicates = sorted({i for i in ids if isinstance(i, str) and ids.count(i) > 1})
+    return [f"exercise id '{i}' is used more than once" for i in duplicates]
+
+
+def cmake_view(text: str) -> list[dict[str, str]]:
+    """The exercises as cmake/Course.cmake reads them: per [[exercise]], its one-line keys."""
+    entries: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if line.startswith(CMAKE_ENTRY):
+            entries.append({})
+        elif entries and (match := CMAKE_LINE.match(line)):
+            key, value = (match[1], match[2]) if match[1] else (match[3], match[4])
+            entries[-1][key] = value
+    return entries
+
+
+def _one_line_form_problems(text: str, entries: list[dict]) -> list[str]:
+    seen_by_cmake = cmake_view(text)
+    if len(seen_by_cmake) != len(entries):
+        return [f"CMake sees {len(seen_by_cmake)} [[exercise]] entries, TOML {len(entries)}: "
+                f"write each `{CMAKE_ENTRY}` at column 0"]
+    problems = []
+    for entry, cmake_entry in zip(entries, seen_by_cmake):
+        for key in CMAKE_KEYS:
+            if key in entry and cmake_entry.get(key) != str(entry[key]):
+                line = f"{key} = {_toml_value(entry[key])}"
+                problems.append(f"exercise '{entry.get('id')}': write {key} on one line at column "
+                                f"0 as `{line}` (CMake reads it with a regex)")
+    return problems
+
+
+def _toml_value(value) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def _module(name: str, data: dict) -> Module:
+    exercises = tuple(
+        Exercise(
+            module=name,
+            id=entry["id"],
+            title=entry["title"],
+            file=entry["file"],
+            checker=entry["checker"],
+            min_sm=entry["min_sm"],
+            metric=entry["metric"],
+            baseline=entry["baseline"],
+            target=float(entry["target"]),
+            timeout_s=float(entry.get("timeout_s", DEFAULT_TIMEOUT_S)),
+            hints=tuple(entry["hints"]),
+        )
+        for entry in data["exercise"]
+    )
+    header = data["module"]
+    return Module(name=name, title=header["title"], week=header["week"], exercises=exercises)

@@ -1,0 +1,141 @@
+"""What the user reads: the results table (rich, plain when not a terminal) and JSON."""
+import json
+from itertools import groupby
+
+import click
+from rich import box
+from rich.console import Console, Group
+from rich.rule import Rule
+from rich.segment import Segment, SegmentLines
+from rich.table import Table
+from rich.text import Text
+
+from grader.course import Course
+from grader.results import (BUILD_ERROR, CRASH, FAIL, PASS, SKIPPED, TIMEOUT, TODO, PerfCase,
+                            Result)
+
+STATUS_STYLES = {PASS: "green", FAIL: "red", TODO: "yellow", BUILD_ERROR: "red",
+                 CRASH: "bold red", TIMEOUT: "magenta", SKIPPED: "cyan"}
+# Logs and CI have no terminal width to follow: wide enough that a table row never wraps, and
+# long detail lines stay whole (soft wrap), as a log reader's search expects.
+PLAIN_WIDTH = 120
+DETAIL_INDENT = "    "
+
+
+def make_console() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = PLAIN_WIDTH
+        console.soft_wrap = True
+    return console
+
+
+def print_results(console: Console, results: list[Result], verbose: bool = False) -> None:
+    """One table per module: a row per exercise (and per timed case), the detail under failures."""
+    for module, module_results in groupby(results, key=lambda result: result.exercise.module):
+        _print_with_details(console, *_results_table(module, list(module_results)))
+    if verbose:
+        _print_outputs(console, results)
+
+
+def print_json(results: list[Result]) -> None:
+    click.echo(json.dumps([result.to_json() for result in results], indent=2))
+
+
+def print_exercise_list(console: Console, course: Course, last_runs: dict[str, dict]) -> None:
+    table = Table("exercise", "title", "last status", "last run", box=box.SIMPLE_HEAD,
+                  show_edge=False, header_style="bold")
+    for module in course.modules:
+        table.add_row(Text(module.name, style="bold"), f"{module.title} (week {module.week})")
+        for exercise in module.exercises:
+            last = last_runs.get(exercise.key)
+            table.add_row(f"  {exercise.id}", exercise.title,
+                          status_text(last["status"]) if last else "-",
+                          last["timestamp"][:10] if last else "-")
+    console.print(table)
+
+
+def print_mutants(console: Console, outcomes) -> None:
+    """`outcomes`: mutants.MutantOutcome values."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
+    for header in ("mutant", "expected"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("got")
+    table.add_column("ok", no_wrap=True)
+    for outcome in outcomes:
+        ok = Text("yes", style="green") if outcome.ok else Text("NO", style="bold red")
+        table.add_row(outcome.name, outcome.expected, Text(outcome.got), ok)
+    console.print(table)
+
+
+def status_text(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def _results_table(module: str, results: list[Result]) -> tuple[Table, dict[int, list[str]]]:
+    """The table, and the detail lines to show under the row of that index."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for header in (module, "status", "metric", "baseline", "% of baseline", "target"):
+        table.add_column(header, no_wrap=True)
+    details = {}
+    for result in results:
+        for row in _rows(result):
+            table.add_row(*row)
+        if not result.passed:
+            details[table.row_count - 1] = result.outcome.detail
+    return table, details
+
+
+def _rows(result: Result) -> list[list]:
+    first = [result.exercise.id, status_text(result.status)]
+    target = _target_text(result)
+    cases = result.outcome.perf if result.passed else []
+    if len(cases) == 1:
+        return [first + _perf_cells(cases[0]) + [target]]
+    filler = "" if cases else "-"  # several cases: their numbers are on the rows below
+    rows = [first + [filler] * 3 + [target]]
+    target_value = result.exercise.target
+    for case in cases:
+        met = "" if target_value <= 0 else "met" if case.meets(target_value) else "not met"
+        rows.append([f"  {case.case}", ""] + _perf_cells(case) + [met])
+    return rows
+
+
+def _perf_cells(case: PerfCase) -> list[str]:
+    return [case.value_text(), case.baseline_text(), case.percent_text()]
+
+
+def _target_text(result: Result) -> str:
+    met = result.target_met
+    if met is None:
+        return "-"
+    return f"{'met' if met else 'not met'} (>= {result.exercise.target:.0%})"
+
+
+def _print_with_details(console: Console, table: Table, details: dict[int, list[str]]) -> None:
+    # rich has no cells spanning columns: render the table to lines (line 0 is the header, then
+    # one line per row, since no cell wraps) and put each detail under its row, full width.
+    lines = console.render_lines(table, pad=False)
+    parts = []
+    for index, line in enumerate(lines):
+        parts.append(SegmentLines([_rstrip(line)], new_lines=True))
+        for detail in details.get(index - 1, []):
+            parts.append(Text(f"{DETAIL_INDENT}{detail}", style="dim"))
+    console.print(Group(*parts))
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """The line without the padding of its last cells (plain logs keep no trailing spaces)."""
+    while line and not line[-1].text.strip():
+        line = line[:-1]
+    if line:
+        last = line[-1]
+        line = [*line[:-1], Segment(last.text.rstrip(), last.style, last.control)]
+    return line
+
+
+def _print_outputs(console: Console, results: list[Result]) -> None:
+    for result in results:
+        if not result.passed and result.outcome.output:
+            console.print(Rule(f"{result.exercise.key} ({result.variant}): full output"))
+            console.print(Text(result.outcome.output.rstrip()))

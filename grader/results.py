@@ -1,0 +1,112 @@
+"""What grading one exercise produces: its status, the detail shown, and its timed cases."""
+from dataclasses import asdict, dataclass, field, fields
+
+from grader.manifest import Exercise
+
+PASS = "pass"
+FAIL = "fail"
+TODO = "todo"
+BUILD_ERROR = "build error"
+CRASH = "crash"
+TIMEOUT = "timeout"
+SKIPPED = "skipped"
+STATUSES = (PASS, FAIL, TODO, BUILD_ERROR, CRASH, TIMEOUT, SKIPPED)
+
+LEARNER = "learner"
+SOLUTION = "solution"
+
+
+@dataclass(frozen=True)
+class PerfCase:
+    """One timed case: the checker's `perf_*` GoogleTest properties (CONTRIBUTING.md)."""
+
+    case: str
+    metric: str
+    value: float | None
+    baseline: str
+    baseline_value: float | None
+    ratio: float | None
+    median_ms: float | None = None
+    min_ms: float | None = None
+    spread_pct: float | None = None
+    samples: int | None = None
+    baseline_median_ms: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PerfCase":
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+
+    def value_text(self) -> str:
+        return _with_unit(self.value, self.metric)
+
+    def baseline_text(self) -> str:
+        return f"{self.baseline} {_with_unit(self.baseline_value, self.metric)}".strip()
+
+    def percent_text(self) -> str:
+        return "-" if self.ratio is None else f"{100 * self.ratio:.1f}%"
+
+    def meets(self, target: float) -> bool:
+        return self.ratio is not None and self.ratio >= target
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a checker run (or its build) ended, per the classification table of CONTRIBUTING.md."""
+
+    status: str
+    detail: list[str] = field(default_factory=list)
+    perf: list[PerfCase] = field(default_factory=list)
+    # Every failure message, cleaned: planted bugs are matched against all of them.
+    failures: list[str] = field(default_factory=list)
+    # The full compiler or checker output, for --verbose.
+    output: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    exercise: Exercise
+    variant: str
+    outcome: Outcome
+    exe: str
+    duration_s: float | None = None
+
+    @property
+    def status(self) -> str:
+        return self.outcome.status
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def target_met(self) -> bool | None:
+        """None when there is nothing to judge: no target, no timed case, or not a pass."""
+        return target_met(self.exercise.target, self.outcome.perf) if self.passed else None
+
+    def to_json(self) -> dict:
+        return {
+            "exercise": self.exercise.key,
+            "variant": self.variant,
+            "status": self.status,
+            "detail": self.outcome.detail,
+            "perf": [asdict(case) for case in self.outcome.perf],
+            "target": self.exercise.target,
+            "target_met": self.target_met,
+            "exe": self.exe,
+            "duration_s": None if self.duration_s is None else round(self.duration_s, 3),
+        }
+
+
+def target_met(target: float, perf: list[PerfCase]) -> bool | None:
+    timed = [case for case in perf if case.ratio is not None]
+    if target <= 0 or not timed:
+        return None
+    return all(case.meets(target) for case in timed)
+
+
+def format_number(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def _with_unit(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{format_number(value)} {unit}".strip()

@@ -1,0 +1,127 @@
+"""Planted bugs: applying them, restoring the solution, and a whole run on the fixture."""
+import pytest
+
+from grader.course import load_course
+from grader.mutants import BrokenMutant, Mutant, apply_mutant, mutated, read_mutants
+from grader.tests.conftest import invoke
+
+MUTANTS = '''
+[[mutant]]
+exercise = "mismatch"
+name = "plus_instead_of_times"
+replace = ["2 * x", "2 + x"]
+expect = "fail"
+message = "Which is: 23"
+
+[[mutant]]
+exercise = "passes"
+name = "trap"
+replace = ["return 2 * x;", "__builtin_trap();"]
+expect = "crash"
+message = "SIGILL"
+
+[[mutant]]
+exercise = "todo"
+name = "expects_the_wrong_message"
+replace = ["2 * x", "3 * x"]
+expect = "fail"
+message = "this text is nowhere"
+
+[[mutant]]
+exercise = "hangs"
+name = "text_not_in_the_solution"
+replace = ["no such text", "x"]
+expect = "fail"
+message = "x"
+'''
+
+
+@pytest.fixture
+def mutant(course) -> Mutant:
+    exercise = load_course(course).exercises[0]
+    return Mutant(exercise, "off", old="i < n", new="i <= n", expect="fail", message="last")
+
+
+def test_a_replacement_found_once_is_applied(mutant):
+    assert apply_mutant("for (i = 0; i < n; ++i)", mutant) == "for (i = 0; i <= n; ++i)"
+
+
+@pytest.mark.parametrize("source, count", [("no loop", 0), ("i < n && i < n", 2)])
+def test_a_replacement_not_found_exactly_once_is_a_broken_mutant(mutant, source, count):
+    with pytest.raises(BrokenMutant, match=f"occurs {count} times"):
+        apply_mutant(source, mutant)
+
+
+def test_the_solution_is_restored_even_when_the_build_fails(mutant, tmp_path):
+    path = tmp_path / "solution.cu"
+    path.write_text("if (i < n) c[i] = a[i];\n")
+    with pytest.raises(RuntimeError):
+        with mutated(path, mutant):
+            assert path.read_text() == "if (i <= n) c[i] = a[i];\n"
+            raise RuntimeError("the build broke")
+    assert path.read_text() == "if (i < n) c[i] = a[i];\n"
+
+
+def test_a_broken_mutant_leaves_the_file_untouched(mutant, tmp_path):
+    path = tmp_path / "solution.cu"
+    path.write_text("nothing to replace\n")
+    with pytest.raises(BrokenMutant):
+        with mutated(path, mutant):
+            pass
+    assert path.read_text() == "nothing to replace\n"
+
+
+def test_mutants_files_are_validated(course):
+    (course / "solutions/01_fixture/mutants.toml").write_text(
+        '[[mutant]]\nexercise = "nope"\nname = "a"\nreplace = ["x", "y"]\nexpect = "fail"\n'
+        'message = ""\n[[mutant]]\nexercise = "todo"\nname = "b"\nreplace = ["x"]\n'
+        'expect = "pass"\nmessage = ""\n[[mutant]]\nname = "c"\n')
+    mutants, problems = read_mutants(load_course(course), load_course(course).exercises)
+    assert mutants == []
+    assert problems == [
+        "solutions/01_fixture/mutants.toml: mutant 'a': no exercise 'nope' in this module",
+        "solutions/01_fixture/mutants.toml: mutant 'b': expect must be one of fail, crash",
+        "solutions/01_fixture/mutants.toml: mutant 'c': missing exercise, replace, expect, message",
+    ]
+
+
+def test_a_mutant_may_delete_text_but_must_find_some(course):
+    mutants_file = course / "solutions/01_fixture/mutants.toml"
+    mutants_file.write_text('[[mutant]]\nexercise = "todo"\nname = "deleted"\n'
+                            'replace = ["return 2 * x;", ""]\nexpect = "fail"\nmessage = ""\n'
+                            '[[mutant]]\nexercise = "todo"\nname = "from_nothing"\n'
+                            'replace = ["", "x"]\nexpect = "fail"\nmessage = ""\n')
+    exercises = load_course(course).exercises
+    mutants, problems = read_mutants(load_course(course), exercises)
+    assert [mutant.name for mutant in mutants] == ["deleted"]
+    assert problems == ["solutions/01_fixture/mutants.toml: mutant 'from_nothing': replace must "
+                        "be [old, new] (old not empty), message a string"]
+    # Only the selected exercises' modules are read.
+    assert read_mutants(load_course(course), []) == ([], [])
+
+
+def test_the_fixtures_own_mutants_are_well_formed(course):
+    mutants, problems = read_mutants(load_course(course), load_course(course).exercises)
+    assert problems == [] and [m.label for m in mutants] == [
+        "01_fixture/mismatch:plus_instead_of_times", "01_fixture/passes:trap"]
+
+
+def test_a_mutants_run_catches_planted_bugs_and_reports_the_rest(course, gpu):
+    (course / "solutions/01_fixture/mutants.toml").write_text(MUTANTS)
+    solution = course / "solutions/01_fixture/mismatch.cpp"
+    original = solution.read_text()
+    result = invoke(course, "check", "--no-build", "--mutants")
+    assert result.exit_code == 1
+    table = result.stdout
+    assert "01_fixture/mismatch:plus_instead_of_times" in table
+    assert "01_fixture/passes:trap" in table
+    assert [line.split()[-1] for line in table.splitlines()
+            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO"]
+    assert ("mutant 01_fixture/todo:expects_the_wrong_message not caught: expected fail: this "
+            "text is nowhere, got fail: Expected equality of these values:") in table
+    assert ("mutant 01_fixture/hangs:text_not_in_the_solution not caught: expected fail: x, got "
+            "broken mutant: its replace text occurs 0 times") in table
+    assert table.endswith("2 problems found\n")
+    # The real solutions are never touched; the scratch copy is restored after each mutant.
+    assert solution.read_text() == original
+    assert (course / "build/mutants/src/01_fixture/mismatch.cpp").read_text() == original

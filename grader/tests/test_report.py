@@ -1,0 +1,42 @@
+"""The results table: one timed case on the exercise's row, the target judged on every case."""
+from grader.manifest import Exercise
+from grader.report import make_console, print_results
+from grader.results import FAIL, PASS, LEARNER, Outcome, PerfCase, Result
+
+EXERCISE = Exercise("01_basics", "vector_add", "Vector add", "vector_add.cu",
+                    "tests/vector_add_test.cu", 75, "GB/s", "copy", 0.9, 120.0, ("a", "b"))
+
+
+def table(capsys, *results) -> list[str]:
+    print_results(make_console(), list(results))
+    return capsys.readouterr().out.splitlines()
+
+
+def timed(ratio: float) -> PerfCase:
+    return PerfCase("n=2^25", "GB/s", 3000 * ratio, "copy", 3000.0, ratio)
+
+
+def test_one_timed_case_sits_on_the_exercise_row(capsys):
+    result = Result(EXERCISE, LEARNER, Outcome(PASS, perf=[timed(0.95)]), "bin/x")
+    header, row = table(capsys, result)
+    assert header.split()[0] == "01_basics"
+    assert row.split() == ["vector_add", "pass", "2850.0", "GB/s", "copy", "3000.0", "GB/s",
+                           "95.0%", "met", "(>=", "90%)"]
+
+
+def test_the_target_is_not_met_when_one_case_falls_short(capsys):
+    result = Result(EXERCISE, LEARNER, Outcome(PASS, perf=[timed(0.95), timed(0.5)]), "bin/x")
+    _, row, first, second = table(capsys, result)
+    assert row.split()[-4:] == ["not", "met", "(>=", "90%)"]
+    assert first.split()[-2:] == ["95.0%", "met"]
+    assert second.split()[-3:] == ["50.0%", "not", "met"]
+    assert result.target_met is False
+
+
+def test_a_failure_shows_no_numbers_and_its_detail_below(capsys):
+    result = Result(EXERCISE, LEARNER, Outcome(FAIL, ["c[7]: got 0", "seed 42"], [timed(2.0)]),
+                    "bin/x")
+    _, row, *details = table(capsys, result)
+    assert row.split() == ["vector_add", "fail", "-", "-", "-", "-"]
+    assert details == ["    c[7]: got 0", "    seed 42"]
+    assert result.target_met is None

@@ -1,0 +1,178 @@
+"""`grader run` on the fixture course: every status, table, JSON, saved results, learner files."""
+import json
+import re
+
+import pytest
+
+from grader.progress import STATUS_MARKERS
+from grader.tests.conftest import SKIP_REASON, invoke
+
+# exercise: (status, a line of its detail)
+EXPECTED = {
+    "passes": ("pass", None),
+    "mismatch": ("fail", "Which is: 23"),
+    "todo": ("todo", "twice: return 2 * x, then delete this line (modules/01_fixture/todo.cpp:7)"),
+    "syntax_error": ("build error", "modules/01_fixture/syntax_error.cpp:4:32: error: expected"),
+    "segfault": ("crash", "killed by SIGSEGV"),
+    "cuda_error": ("crash", "cudaErrorIllegalAddress: an illegal memory access was encountered"),
+    "hangs": ("timeout", "killed after 2 s"),
+    "no_gpu": ("skipped", SKIP_REASON),
+}
+
+
+def rows(table: str) -> dict[str, list[str]]:
+    """exercise -> the cells of its row, and the detail lines under it."""
+    found, current = {}, None
+    for line in table.splitlines()[1:]:
+        if line.startswith("    "):
+            found[current].append(line.strip())
+        elif not line.startswith("  "):
+            current = line.split()[0]
+            found[current] = [re.split(r"\s{2,}", line.strip())]
+    return found
+
+
+@pytest.mark.parametrize("exercise", EXPECTED)
+def test_every_status_with_its_detail(built_course, exercise):
+    status, detail = EXPECTED[exercise]
+    row, *details = rows(built_course.learner.stdout)[exercise]
+    assert row[1] == status
+    if detail:
+        assert any(line.startswith(detail) for line in details), details
+    else:
+        assert details == []
+
+
+def test_crashes_name_the_sanitizer_command(built_course):
+    table = rows(built_course.learner.stdout)
+    for exercise in ("segfault", "cuda_error"):
+        assert (f"investigate: compute-sanitizer build/learner/bin/01_fixture.{exercise}.learner"
+                in table[exercise])
+
+
+def test_messages_carry_no_tags_and_no_absolute_paths(built_course):
+    output = built_course.learner.stdout
+    assert "[course:" not in output and str(built_course.root) not in output
+
+
+def test_timed_cases_get_a_row_each_with_metric_baseline_and_target(built_course):
+    lines = built_course.learner.stdout.splitlines()
+    assert lines[0].split() == ["01_fixture", "status", "metric", "baseline", "%", "of",
+                                "baseline", "target"]
+    passes = lines.index(next(line for line in lines if line.startswith("passes")))
+    assert lines[passes].split()[-3:] == ["met", "(>=", "80%)"]
+    assert lines[passes + 1].split() == ["n=2^10", "900.0", "GB/s", "copy", "1000.0", "GB/s",
+                                         "90.0%", "met"]
+    assert lines[passes + 2].split()[0] == "n=2^20" and "85.0%" in lines[passes + 2]
+
+
+def test_build_progress_goes_to_stderr_with_the_no_gpu_note(built_course):
+    stderr = built_course.learner.stderr
+    assert stderr.splitlines()[0] == ("note: no NVIDIA GPU visible (nvidia-smi): the checkers "
+                                      "will report skipped")
+    assert "configuring build/learner (once)" in stderr and "Linking CXX executable" in stderr
+
+
+def test_exit_status_is_1_unless_everything_passes(built_course):
+    assert built_course.learner.exit_code == 1
+    assert built_course.solutions.exit_code == 0
+    assert invoke(built_course.root, "run", "01/passes").exit_code == 0
+
+
+def test_solutions_all_pass_in_their_own_tree(built_course):
+    table = rows(built_course.solutions.stdout)
+    assert {cells[0][1] for cells in table.values()} == {"pass"}
+    assert (built_course.root / "build/solutions/bin/01_fixture.hangs.solution").is_file()
+
+
+def test_json_lists_every_result(built_course):
+    results = {entry["exercise"]: entry for entry in json.loads(built_course.learner_json.stdout)}
+    assert {key.split("/")[1]: entry["status"] for key, entry in results.items()} == \
+        {exercise: status for exercise, (status, _) in EXPECTED.items()}
+    passes = results["01_fixture/passes"]
+    assert passes["target_met"] is True and passes["variant"] == "learner"
+    assert [case["ratio"] for case in passes["perf"]] == [0.9, 0.85]
+    assert passes["exe"] == "build/learner/bin/01_fixture.passes.learner"
+    assert passes["duration_s"] >= 0 and results["01_fixture/hangs"]["duration_s"] >= 2
+    assert results["01_fixture/mismatch"]["target_met"] is None
+
+
+def test_results_are_saved_for_both_variants(built_course):
+    saved = json.loads((built_course.root / ".grader/results.json").read_text())
+    assert saved["solution"]["01_fixture/segfault"]["status"] == "pass"
+    assert saved["learner"]["01_fixture/segfault"]["status"] == "crash"
+    assert saved["learner"]["01_fixture/passes"]["best"]["perf"][0]["case"] == "n=2^10"
+
+
+def test_the_environment_reaches_the_checker(built_course):
+    # The session's learner run had FIXTURE_SKIP_REASON; without it, no_gpu's checker runs.
+    assert invoke(built_course.root, "run", "01/no_gpu").exit_code == 0
+
+
+def test_timeout_option_overrides_the_manifest(built_course):
+    result = invoke(built_course.root, "run", "01/hangs", "--timeout", "0.5")
+    assert result.exit_code == 1 and "killed after 0.5 s" in result.stdout
+
+
+def test_verbose_shows_the_full_checker_output(built_course):
+    result = invoke(built_course.root, "run", "01/mismatch", "--verbose")
+    assert "01_fixture/mismatch (learner): full output" in result.stdout
+    assert "[  FAILED  ] Twice.DoublesItsInput" in result.stdout
+
+
+def test_a_stub_including_its_baseline_library_is_refused(built_course):
+    stub = built_course.root / "modules/01_fixture/mismatch.cpp"
+    original = stub.read_text()
+    stub.write_text("#include <cublas_v2.h>\n" + original)
+    try:
+        result = invoke(built_course.root, "run", "01/mismatch")
+    finally:
+        stub.write_text(original)
+    assert result.exit_code == 1
+    assert ("refused: modules/01_fixture/mismatch.cpp includes <cublas_v2.h>; an exercise may "
+            "not call the library it is measured against") in result.stdout
+    assert "ninja" not in result.stderr  # refused before building anything
+
+
+def test_progress_md_keeps_the_learners_text_outside_the_block(built_course):
+    progress = built_course.root / "progress.md"
+    begin, end = STATUS_MARKERS
+    mine_before, mine_after = "# Mine\n\nnotes  \n\n", "\n## Log\n\n### Day 1\nmy day\n"
+    progress.write_text(f"{mine_before}{begin}\nstale\n{end}{mine_after}")
+    assert invoke(built_course.root, "run", "01/passes").exit_code == 0
+    text = progress.read_text()
+    assert text.startswith(f"{mine_before}{begin}\n") and text.endswith(f"{end}{mine_after}")
+    assert "stale" not in text and "| `passes` | pass | 900.0 GB/s | 90.0% |" in text
+
+
+def test_progress_md_without_markers_gets_the_block_appended(built_course):
+    progress = built_course.root / "progress.md"
+    progress.write_text("my own log\n")
+    invoke(built_course.root, "run", "01/passes")
+    text = progress.read_text()
+    assert text.startswith("my own log\n\n" + STATUS_MARKERS[0]) and text.endswith(
+        STATUS_MARKERS[1] + "\n")
+
+
+def test_roadmap_ticks_what_passed_and_keeps_the_rest(built_course):
+    roadmap = built_course.root / "ROADMAP.md"
+    roadmap.write_text(roadmap.read_text() + "my check-in\n")
+    invoke(built_course.root, "run", "01/passes")
+    invoke(built_course.root, "run", "01/mismatch")
+    text = roadmap.read_text()
+    assert "- [x] `01_fixture/passes`" in text and "- [ ] `01_fixture/mismatch`" in text
+    assert text.endswith("my check-in\n")
+
+
+def test_solutions_runs_leave_the_learner_files_alone(built_course):
+    progress = built_course.root / "progress.md"
+    progress.write_text("untouched\n")
+    invoke(built_course.root, "run", "01/passes", "--solutions")
+    assert progress.read_text() == "untouched\n"
+
+
+def test_list_shows_the_last_learner_status(built_course):
+    invoke(built_course.root, "run", "01/todo")
+    listing = invoke(built_course.root, "list").stdout
+    assert re.search(r"^\s+todo\s+An untouched stub\s+todo\s+\d{4}-\d\d-\d\d\s*$", listing, re.M)
+    assert listing.index("passes") < listing.index("no_gpu")
