@@ -111,6 +111,8 @@ endfunction()
 # so it reads the four one-line keys it needs; `grader check` enforces that form.
 function(course_module module_dir)
   get_filename_component(module "${module_dir}" NAME)
+  # A new or renamed exercise must re-run CMake, as an edited CMakeLists.txt would.
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${module_dir}/module.toml")
   file(READ "${module_dir}/module.toml" manifest)
   string(REGEX MATCHALL
     "\n(\\[\\[exercise\\]\\]|id = \"[^\"\n]*\"|file = \"[^\"\n]*\"|checker = \"[^\"\n]*\"|min_sm = [0-9]+)"

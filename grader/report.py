@@ -94,9 +94,10 @@ def _rows(result: Result) -> list[list]:
         return [first + _perf_cells(cases[0]) + [target]]
     filler = "" if cases else "-"  # several cases: their numbers are on the rows below
     rows = [first + [filler] * 3 + [target]]
-    target_value = result.exercise.target
+    exercise = result.exercise
     for case in cases:
-        met = "" if target_value <= 0 else "met" if case.meets(target_value) else "not met"
+        judged = exercise.target > 0 and case.baseline == exercise.baseline
+        met = "" if not judged else "met" if case.meets(exercise.target) else "not met"
         rows.append([f"  {case.case}", ""] + _perf_cells(case) + [met])
     return rows
 

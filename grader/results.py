@@ -81,7 +81,7 @@ class Result:
     @property
     def target_met(self) -> bool | None:
         """None when there is nothing to judge: no target, no timed case, or not a pass."""
-        return target_met(self.exercise.target, self.outcome.perf) if self.passed else None
+        return target_met(self.exercise, self.outcome.perf) if self.passed else None
 
     def to_json(self) -> dict:
         return {
@@ -97,11 +97,13 @@ class Result:
         }
 
 
-def target_met(target: float, perf: list[PerfCase]) -> bool | None:
-    timed = [case for case in perf if case.ratio is not None]
-    if target <= 0 or not timed:
+def target_met(exercise: Exercise, perf: list[PerfCase]) -> bool | None:
+    """Met when every timed case against the manifest's baseline reaches the target. Cases against
+    other references (a naive kernel to beat, the copy bandwidth beside CUB) are shown, not judged."""
+    judged = [c for c in perf if c.ratio is not None and c.baseline == exercise.baseline]
+    if exercise.target <= 0 or not judged:
         return None
-    return all(case.meets(target) for case in timed)
+    return all(case.meets(exercise.target) for case in judged)
 
 
 def format_number(value: float) -> str:

@@ -12,22 +12,38 @@ namespace course {
 
 namespace {
 
-// Writing a buffer twice the size of L2 evicts whatever the previous sample left there, so every
-// sample reads its inputs from device memory, as a real workload would.
+// Reading a buffer twice the size of L2 evicts whatever the previous sample left there, so every
+// sample reads its inputs from device memory, as a real workload would. Reading, not writing: a
+// memset would leave L2 full of dirty lines whose write-back the next timed sample would pay for.
+__global__ void read_through_kernel(const float4* buffer, std::size_t count, float* sink) {
+    float sum = 0.0f;
+    for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+        const float4 v = buffer[i];
+        sum += v.x + v.y + v.z + v.w;
+    }
+    if (sum == 12345.678f) *sink = sum;  // never true (the buffer is zeros), but the reads must stay
+}
+
 class L2Flusher {
 public:
     L2Flusher() : bytes_(std::max<std::size_t>(2 * gpu().l2_bytes, 32u << 20)) {
-        CUDA_CHECK(cudaMalloc(&buffer_, bytes_));
+        CUDA_CHECK(cudaMalloc(&buffer_, bytes_ + sizeof(float)));
+        CUDA_CHECK(cudaMemset(buffer_, 0, bytes_ + sizeof(float)));
     }
     ~L2Flusher() { cudaFree(buffer_); }
     void flush() {
-        CUDA_CHECK(cudaMemsetAsync(buffer_, ++generation_ & 0xFF, bytes_));
+        const std::size_t count = bytes_ / sizeof(float4);
+        const int threads = 512;
+        read_through_kernel<<<gpu().multiprocessors * 4, threads>>>(
+            static_cast<const float4*>(buffer_), count,
+            reinterpret_cast<float*>(static_cast<char*>(buffer_) + bytes_));
+        CUDA_CHECK_LAUNCH();
     }
 
 private:
     std::size_t bytes_;
     void* buffer_ = nullptr;
-    int generation_ = 0;
 };
 
 L2Flusher& flusher() {

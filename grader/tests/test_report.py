@@ -1,4 +1,5 @@
-"""The results table: one timed case on the exercise's row, the target judged on every case."""
+"""The results table: one timed case on the exercise's row, the target judged on every case
+timed against the manifest's baseline."""
 from grader.manifest import Exercise
 from grader.report import make_console, print_results
 from grader.results import FAIL, PASS, LEARNER, Outcome, PerfCase, Result
@@ -12,8 +13,8 @@ def table(capsys, *results) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
-def timed(ratio: float) -> PerfCase:
-    return PerfCase("n=2^25", "GB/s", 3000 * ratio, "copy", 3000.0, ratio)
+def timed(ratio: float, baseline: str = "copy") -> PerfCase:
+    return PerfCase("n=2^25", "GB/s", 3000 * ratio, baseline, 3000.0, ratio)
 
 
 def test_one_timed_case_sits_on_the_exercise_row(capsys):
@@ -31,6 +32,16 @@ def test_the_target_is_not_met_when_one_case_falls_short(capsys):
     assert first.split()[-2:] == ["95.0%", "met"]
     assert second.split()[-3:] == ["50.0%", "not", "met"]
     assert result.target_met is False
+
+
+def test_cases_against_another_reference_are_shown_but_not_judged(capsys):
+    beside = timed(0.5, baseline="naive_transpose")
+    result = Result(EXERCISE, LEARNER, Outcome(PASS, perf=[timed(0.95), beside]), "bin/x")
+    _, row, first, second = table(capsys, result)
+    assert row.split()[-3:] == ["met", "(>=", "90%)"]
+    assert first.split()[-2:] == ["95.0%", "met"]
+    assert second.split()[-1] == "50.0%"
+    assert result.target_met is True
 
 
 def test_a_failure_shows_no_numbers_and_its_detail_below(capsys):

@@ -23,4 +23,13 @@ void cub_inclusive_scan(const int* in, int* out, std::size_t n);
 // bins[v] = count of bytes equal to v, 256 bins, CUB DeviceHistogram::HistogramEven.
 void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bins);
 
+// Whether the cuDNN baselines can run here: the course was built with cuDNN and a cuDNN handle
+// could be created. Checkers skip their cuDNN cases (with this reason) when it is false.
+bool cudnn_available();
+
+// out = softmax of each row of a rows x cols row-major float matrix (max subtracted first):
+// cuDNN's cudnnSoftmaxForward, CUDNN_SOFTMAX_ACCURATE over each row. Throws when
+// !cudnn_available().
+void cudnn_softmax(const float* in, float* out, int rows, int cols);
+
 }  // namespace course::baseline

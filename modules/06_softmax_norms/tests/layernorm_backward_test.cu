@@ -1,0 +1,227 @@
+// Checker of 06_softmax_norms/layernorm_backward: row lengths around a warp, the float4 width and
+// the block; many rows (the column sums); extreme rows (a large mean, equal values, one large
+// gradient in the last column); the same bits on a second call; then the bandwidth at
+// 16384 x 4096 against a device-to-device copy.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "course/baselines.h"
+#include "course/reference/norms.h"
+#include "course/testing.h"
+#include "layernorm.h"  // kLayerNormEps: the statistics come from the forward's definition
+#include "layernorm_backward.h"
+
+namespace {
+
+class LayerNormBackward : public course::GpuTest {};
+
+enum class Rows { kRandom, kLargeMean, kEqualValues, kGradientOutlierAtEnd };
+
+std::string describe(Rows kind) {
+    switch (kind) {
+        case Rows::kRandom: return "random rows";
+        case Rows::kLargeMean: return "x with mean 1000, spread +-1";
+        case Rows::kEqualValues: return "x rows of equal values (variance 0)";
+        case Rows::kGradientOutlierAtEnd: return "one large dy (1000) in the last column";
+    }
+    return "";
+}
+
+// The inputs of a backward call: x, dy, gamma, and the forward's mean and rstd (the double
+// reference's, rounded to float as a float32 forward would store them).
+struct Inputs {
+    std::vector<float> x, dy, gamma, mean, rstd;
+};
+
+Inputs make_inputs(Rows kind, int rows, int cols, course::Rng& rng) {
+    Inputs in;
+    in.x.reserve(std::size_t(rows) * cols);
+    in.dy.reserve(std::size_t(rows) * cols);
+    for (int r = 0; r < rows; ++r) {
+        const float offset = rng.uniform(-2.0f, 2.0f);
+        for (int c = 0; c < cols; ++c) {
+            switch (kind) {
+                case Rows::kRandom:
+                case Rows::kGradientOutlierAtEnd:
+                    in.x.push_back(offset + rng.uniform(-1.0f, 1.0f));
+                    break;
+                case Rows::kLargeMean: in.x.push_back(1000.0f + rng.uniform(-1.0f, 1.0f)); break;
+                case Rows::kEqualValues: in.x.push_back(offset); break;
+            }
+            // The outlier dominates both row sums of dx: a kernel whose sums skip the last
+            // column (a tail bug) is far off, which a random row cannot show.
+            const bool outlier = kind == Rows::kGradientOutlierAtEnd && c == cols - 1;
+            in.dy.push_back(outlier ? 1000.0f : rng.uniform(-1.0f, 1.0f));
+        }
+    }
+    in.gamma = course::random_floats(cols, 0.5f, 1.5f, rng);
+    const std::vector<float> beta(cols, 0.0f);  // the backward does not depend on beta
+    const auto forward = course::reference::layernorm(in.x, in.gamma, beta, rows, cols, kLayerNormEps);
+    in.mean.assign(forward.mean.begin(), forward.mean.end());
+    in.rstd.assign(forward.rstd.begin(), forward.rstd.end());
+    return in;
+}
+
+struct Tolerances {
+    course::Tolerance dx, dgamma, dbeta;
+};
+
+double rms(const std::vector<float>& values) {
+    double squares = 0.0;
+    for (float v : values) squares += double(v) * v;
+    return std::sqrt(squares / values.size());
+}
+
+// Tolerances from the reduction lengths and the data (u = 2^-24, float32's unit roundoff):
+//  dbeta: a sum of `rows` terms dy: the harness's Tolerance::float32(rows, rms(dy)).
+//  dgamma: a sum of `rows` terms dy * xhat, each with ~4 roundings of its own (4u relative, which
+//      the sum's atol covers): Tolerance::float32(rows, rms(dy * xhat)).
+//  dx = rstd * (g - a - xhat * b), with a, b the row means of g = dy * gamma and g * xhat. A mean
+//      of cols terms is off by its sum's tolerance over cols (as in the forward's checker):
+//      da = 8u * rms(g) + 8u * sqrt(cols) * |a|, and the same for db. dx then carries
+//      rstd * (da + |xhat| * db), plus 4 roundings at the scale of the largest of |g|, |a| and
+//      |xhat * b|. Taken per row, the largest over the rows.
+Tolerances tolerances(const Inputs& in, int rows, int cols) {
+    constexpr double u = 0x1.0p-24;
+    std::vector<float> dy_xhat(in.dy.size());
+    Tolerances tol;
+    tol.dx.rtol = 4 * u;
+    for (int r = 0; r < rows; ++r) {
+        double sum_g = 0, sum_gx = 0, squares_g = 0, squares_gx = 0, max_g = 0, max_xhat = 0;
+        for (int c = 0; c < cols; ++c) {
+            const std::size_t i = std::size_t(r) * cols + c;
+            const double xhat = (double(in.x[i]) - in.mean[r]) * in.rstd[r];
+            const double g = double(in.dy[i]) * in.gamma[c];
+            dy_xhat[i] = float(in.dy[i] * xhat);
+            sum_g += g, sum_gx += g * xhat;
+            squares_g += g * g, squares_gx += g * xhat * g * xhat;
+            max_g = std::max(max_g, std::fabs(g));
+            max_xhat = std::max(max_xhat, std::fabs(xhat));
+        }
+        const double a = sum_g / cols, b = sum_gx / cols;
+        const double sqrt_cols = std::sqrt(double(cols));
+        const double da = 8 * u * std::sqrt(squares_g / cols) + 8 * u * sqrt_cols * std::fabs(a);
+        const double db = 8 * u * std::sqrt(squares_gx / cols) + 8 * u * sqrt_cols * std::fabs(b);
+        const double scale = std::max({max_g, std::fabs(a), max_xhat * std::fabs(b)});
+        const double row_atol = in.rstd[r] * (da + max_xhat * db + 4 * u * scale);
+        tol.dx.atol = std::max(tol.dx.atol, row_atol);
+    }
+    tol.dgamma = course::Tolerance::float32(rows, rms(dy_xhat));
+    tol.dbeta = course::Tolerance::float32(rows, rms(in.dy));
+    return tol;
+}
+
+struct Outputs {
+    course::DeviceBuffer<float> dx, dgamma, dbeta;
+};
+
+Outputs make_outputs(int rows, int cols) {
+    return {{"dx", std::size_t(rows) * cols}, {"dgamma", std::size_t(cols)}, {"dbeta", std::size_t(cols)}};
+}
+
+struct DeviceInputs {
+    course::DeviceBuffer<float> x, dy, gamma, mean, rstd;
+};
+
+DeviceInputs upload(const Inputs& in) {
+    return {{"x", in.x}, {"dy", in.dy}, {"gamma", in.gamma}, {"mean", in.mean}, {"rstd", in.rstd}};
+}
+
+void run(DeviceInputs& d, Outputs& out, int rows, int cols) {
+    layernorm_backward(d.x.data(), d.dy.data(), d.gamma.data(), d.mean.data(), d.rstd.data(),
+                       out.dx.data(), out.dgamma.data(), out.dbeta.data(), rows, cols);
+}
+
+void expect_matches_reference(Outputs& out, const Inputs& in, int rows, int cols) {
+    const auto want = course::reference::layernorm_backward(in.x, in.dy, in.gamma, in.mean, in.rstd,
+                                                            rows, cols);
+    const auto tol = tolerances(in, rows, cols);
+    EXPECT_TRUE(course::expect_close(out.dx.download(), want.dx, tol.dx,
+                                     {"dx", course::Matrix{std::size_t(rows), std::size_t(cols)}}));
+    EXPECT_TRUE(course::expect_close(out.dgamma.download(), want.dgamma, tol.dgamma, {"dgamma"}));
+    EXPECT_TRUE(course::expect_close(out.dbeta.download(), want.dbeta, tol.dbeta, {"dbeta"}));
+    EXPECT_TRUE(out.dx.redzones_intact());
+    EXPECT_TRUE(out.dgamma.redzones_intact());
+    EXPECT_TRUE(out.dbeta.redzones_intact());
+}
+
+void check_case(Rows kind, int rows, int cols, course::Rng& rng) {
+    SCOPED_TRACE(describe(kind) + ", " + std::to_string(rows) + " x " + std::to_string(cols));
+    const auto in = make_inputs(kind, rows, cols, rng);
+    auto d = upload(in);
+    auto out = make_outputs(rows, cols);
+    run(d, out, rows, cols);
+    expect_matches_reference(out, in, rows, cols);
+}
+
+TEST_F(LayerNormBackward, RowLengths) {
+    auto rng = test_rng();
+    // 1: a single column (xhat = 0); 7, 31, 33: not a multiple of 4 (scalar path) or of a warp;
+    // 32, 1024: exactly a warp / a block of float4s; 1023, 4097: one short of / past them; 1000:
+    // a multiple of 4 but not of 32 * 4; 32768, 50304: long rows.
+    for (int cols : {1, 7, 31, 32, 33, 1000, 1023, 1024, 4097, 32768, 50304}) {
+        const int rows = cols <= 33 ? 37 : cols <= 4097 ? 11 : 3;
+        check_case(Rows::kRandom, rows, cols, rng);
+    }
+}
+
+TEST_F(LayerNormBackward, ManyRows) {
+    auto rng = test_rng();
+    // The column sums run over all rows: rows that are not a multiple of anything, and a
+    // number of columns that leaves a partial group of columns.
+    check_case(Rows::kRandom, 4099, 33, rng);
+    check_case(Rows::kRandom, 1001, 768, rng);
+}
+
+TEST_F(LayerNormBackward, ExtremeRows) {
+    auto rng = test_rng();
+    for (Rows kind : {Rows::kLargeMean, Rows::kEqualValues, Rows::kGradientOutlierAtEnd})
+        for (int cols : {33, 1000, 4097, 50304}) check_case(kind, 3, cols, rng);
+}
+
+TEST_F(LayerNormBackward, SameBitsEveryCall) {
+    SCOPED_TRACE("a second call on the same inputs must return the same bits: are the column sums "
+                 "added in an order that changes between runs (atomicAdd)?");
+    auto rng = test_rng();
+    const int rows = 4099, cols = 1000;
+    const auto in = make_inputs(Rows::kRandom, rows, cols, rng);
+    auto d = upload(in);
+    auto first = make_outputs(rows, cols), second = make_outputs(rows, cols);
+    run(d, first, rows, cols);
+    run(d, second, rows, cols);
+    EXPECT_TRUE(course::expect_equal(second.dgamma.download(), first.dgamma.download(), {"dgamma"}));
+    EXPECT_TRUE(course::expect_equal(second.dbeta.download(), first.dbeta.download(), {"dbeta"}));
+    EXPECT_TRUE(course::expect_equal(second.dx.download(), first.dx.download(), {"dx"}));
+}
+
+TEST_F(LayerNormBackward, Bandwidth16384x4096) {
+    const int rows = 16384, cols = 4096;
+    const std::size_t n = std::size_t(rows) * cols;
+    // x, dy, dx and the copy's destination (256 MiB each), plus room for the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (256u << 20));
+    auto rng = test_rng();
+    const auto in = make_inputs(Rows::kRandom, rows, cols, rng);
+    auto d = upload(in);
+    auto out = make_outputs(rows, cols);
+    course::DeviceBuffer<float> d_copy("copy", n);
+
+    const auto timing = course::time_against(
+        [&] { run(d, out, rows, cols); },
+        [&] { course::baseline::device_copy(d_copy.data(), d.x.data(), n * sizeof(float)); });
+
+    {
+        SCOPED_TRACE("the timed run, 16384 x 4096");
+        expect_matches_reference(out, in, rows, cols);
+    }
+    // Bytes that must move: read x and dy, write dx (4 bytes each per element); gamma, dgamma,
+    // dbeta (4 * cols each) and mean, rstd (4 * rows each). A kernel that reads x and dy a
+    // second time from device memory (for the column sums) moves 20 bytes per element instead
+    // of 12, and shows it as a lower rate. The copy reads and writes 4 bytes per element.
+    const double bytes = 3.0 * 4 * n + 3.0 * 4 * cols + 2.0 * 4 * rows;
+    course::record_perf({"16384x4096", "GB/s", course::gb_per_s(bytes, timing.learner.median_ms),
+                         "copy", course::gb_per_s(2.0 * 4 * n, timing.baseline.median_ms), timing});
+}
+
+}  // namespace

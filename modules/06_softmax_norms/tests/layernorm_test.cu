@@ -1,0 +1,192 @@
+// Checker of 06_softmax_norms/layernorm: row lengths around a warp, the float4 width and the
+// block, extreme rows (large values, a large mean, equal values, one outlier in the last column),
+// then the bandwidth at 16384 x 4096 and 4096 x 50304 against a device-to-device copy.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "course/baselines.h"
+#include "course/reference/norms.h"
+#include "course/testing.h"
+#include "layernorm.h"
+
+namespace {
+
+class LayerNorm : public course::GpuTest {};
+
+enum class Rows { kRandom, kLargeValues, kLargeMean, kEqualValues, kOutlierAtEnd };
+
+std::string describe(Rows kind) {
+    switch (kind) {
+        case Rows::kRandom: return "random rows";
+        case Rows::kLargeValues: return "values up to +-1e4";
+        case Rows::kLargeMean: return "mean 1000, spread +-1";
+        case Rows::kEqualValues: return "rows of equal values (variance 0)";
+        case Rows::kOutlierAtEnd: return "one outlier (300) in the last column";
+    }
+    return "";
+}
+
+std::vector<float> make_x(Rows kind, int rows, int cols, course::Rng& rng) {
+    std::vector<float> x;
+    x.reserve(std::size_t(rows) * cols);
+    for (int r = 0; r < rows; ++r) {
+        const float offset = rng.uniform(-2.0f, 2.0f);  // so that every row has its own mean
+        for (int c = 0; c < cols; ++c) {
+            switch (kind) {
+                case Rows::kRandom: x.push_back(offset + rng.uniform(-1.0f, 1.0f)); break;
+                case Rows::kLargeValues: x.push_back(rng.uniform(-1e4f, 1e4f)); break;
+                case Rows::kLargeMean: x.push_back(1000.0f + rng.uniform(-1.0f, 1.0f)); break;
+                case Rows::kEqualValues: x.push_back(offset); break;
+                // The outlier dominates the row's mean and variance: a kernel whose statistics
+                // skip the last column (a tail bug) is far off, which a random row cannot show.
+                case Rows::kOutlierAtEnd:
+                    x.push_back(c == cols - 1 ? 300.0f : rng.uniform(-1.0f, 1.0f));
+                    break;
+            }
+        }
+    }
+    return x;
+}
+
+struct Tolerances {
+    course::Tolerance y, mean, rstd;
+};
+
+// Tolerances from the row length and each row's statistics (u = 2^-24, float32's unit roundoff):
+//  mean: a sum of cols floats divided by cols, so the harness's tolerance of such a sum,
+//        Tolerance::float32(cols, rms(x)), divided by cols: atol 8u * rms(x), rtol 8u * sqrt(cols).
+//  rstd: the variance is a sum of cols positive terms (relative error 8u * sqrt(cols)) of
+//        deviations from a mean that is itself off by a few u * |mean|; relative to the spread
+//        1 / rstd that is u * |mean| * rstd, doubled by the square. rstd's error is half the
+//        variance's (the other half is margin), plus rsqrtf's 2 ulps (4u) and the roundings of
+//        m2 / cols + eps: rtol 8u * sqrt(cols) + 16u * |mean| * rstd + 8u.
+//  y = (x - mean) * rstd * gamma + beta: the mean's error, times rstd * |gamma|; rstd's relative
+//        error times |(x - mean) * rstd * gamma| <= |y| + |beta|; and 4 more roundings.
+// A bug that drops one column out of thousands moves a random row's statistics by less than
+// this: the outlier rows are there to catch it.
+Tolerances tolerances(const std::vector<float>& x, const std::vector<float>& gamma,
+                      const std::vector<float>& beta, const course::reference::LayerNormForward& want,
+                      int rows, int cols) {
+    constexpr double u = 0x1.0p-24;
+    double max_gamma = 0.0, max_beta = 0.0;
+    for (int c = 0; c < cols; ++c) {
+        max_gamma = std::max(max_gamma, std::fabs(double(gamma[c])));
+        max_beta = std::max(max_beta, std::fabs(double(beta[c])));
+    }
+    Tolerances tol;
+    for (int r = 0; r < rows; ++r) {
+        double squares = 0.0;
+        for (int c = 0; c < cols; ++c) {
+            const double value = x[std::size_t(r) * cols + c];
+            squares += value * value;
+        }
+        const auto sum = course::Tolerance::float32(cols, std::sqrt(squares / cols));
+        const double mean_error = sum.atol / cols + sum.rtol * std::fabs(want.mean[r]);
+        tol.mean.atol = std::max(tol.mean.atol, sum.atol / cols);
+        tol.mean.rtol = sum.rtol;
+        tol.rstd.rtol = std::max(tol.rstd.rtol,
+                                 sum.rtol + 16 * u * std::fabs(want.mean[r]) * want.rstd[r] + 8 * u);
+        tol.y.atol = std::max(tol.y.atol, want.rstd[r] * max_gamma * mean_error);
+    }
+    tol.y.rtol = tol.rstd.rtol + 4 * u;
+    tol.y.atol += (tol.y.rtol + 4 * u) * max_beta;
+    return tol;
+}
+
+struct Outputs {
+    course::DeviceBuffer<float> y, mean, rstd;
+};
+
+void expect_matches_reference(Outputs& out, const std::vector<float>& x,
+                              const std::vector<float>& gamma, const std::vector<float>& beta,
+                              int rows, int cols) {
+    const auto want = course::reference::layernorm(x, gamma, beta, rows, cols, kLayerNormEps);
+    const auto tol = tolerances(x, gamma, beta, want, rows, cols);
+    EXPECT_TRUE(course::expect_close(out.mean.download(), want.mean, tol.mean, {"mean"}));
+    EXPECT_TRUE(course::expect_close(out.rstd.download(), want.rstd, tol.rstd, {"rstd"}));
+    EXPECT_TRUE(course::expect_close(out.y.download(), want.y, tol.y,
+                                     {"y", course::Matrix{std::size_t(rows), std::size_t(cols)}}));
+    EXPECT_TRUE(out.y.redzones_intact());
+    EXPECT_TRUE(out.mean.redzones_intact());
+    EXPECT_TRUE(out.rstd.redzones_intact());
+}
+
+void check_case(Rows kind, int rows, int cols, course::Rng& rng) {
+    SCOPED_TRACE(describe(kind) + ", " + std::to_string(rows) + " x " + std::to_string(cols));
+    const auto x = make_x(kind, rows, cols, rng);
+    const auto gamma = course::random_floats(cols, 0.5f, 1.5f, rng);
+    const auto beta = course::random_floats(cols, -0.5f, 0.5f, rng);
+    course::DeviceBuffer<float> d_x("x", x), d_gamma("gamma", gamma), d_beta("beta", beta);
+    Outputs out{{"y", x.size()}, {"mean", std::size_t(rows)}, {"rstd", std::size_t(rows)}};
+
+    layernorm(d_x.data(), d_gamma.data(), d_beta.data(), out.y.data(), out.mean.data(),
+              out.rstd.data(), rows, cols);
+
+    expect_matches_reference(out, x, gamma, beta, rows, cols);
+}
+
+TEST_F(LayerNorm, RowLengths) {
+    auto rng = test_rng();
+    // 1: a single column (variance 0); 7, 31, 33: not a multiple of 4 (scalar path) or of a
+    // warp; 32, 1024: exactly a warp / a block of float4s; 1023, 4097: one short of / past them;
+    // 1000: a multiple of 4 but not of 32 * 4; 32768, 50304: long rows (GPT-2's padded vocab).
+    for (int cols : {1, 7, 31, 32, 33, 1000, 1023, 1024, 4097, 32768, 50304}) {
+        const int rows = cols <= 33 ? 37 : cols <= 4097 ? 11 : 3;
+        check_case(Rows::kRandom, rows, cols, rng);
+    }
+    check_case(Rows::kRandom, 1001, 768, rng);  // GPT-2 small's width, many rows
+}
+
+TEST_F(LayerNorm, ExtremeRows) {
+    auto rng = test_rng();
+    for (Rows kind : {Rows::kLargeValues, Rows::kLargeMean, Rows::kEqualValues, Rows::kOutlierAtEnd})
+        for (int cols : {33, 1000, 4097, 50304}) check_case(kind, 3, cols, rng);
+}
+
+void time_case(int rows, int cols, course::Rng& rng) {
+    const std::size_t n = std::size_t(rows) * cols;
+    // x, y and the copy's destination, plus room for the harness's L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(3 * n * sizeof(float) + (256u << 20));
+    const auto x = make_x(Rows::kRandom, rows, cols, rng);
+    const auto gamma = course::random_floats(cols, 0.5f, 1.5f, rng);
+    const auto beta = course::random_floats(cols, -0.5f, 0.5f, rng);
+    course::DeviceBuffer<float> d_x("x", x), d_gamma("gamma", gamma), d_beta("beta", beta),
+        d_copy("copy", n);
+    Outputs out{{"y", n}, {"mean", std::size_t(rows)}, {"rstd", std::size_t(rows)}};
+
+    const auto timing = course::time_against(
+        [&] {
+            layernorm(d_x.data(), d_gamma.data(), d_beta.data(), out.y.data(), out.mean.data(),
+                      out.rstd.data(), rows, cols);
+        },
+        [&] { course::baseline::device_copy(d_copy.data(), d_x.data(), n * sizeof(float)); });
+
+    {
+        SCOPED_TRACE("the timed run, " + std::to_string(rows) + " x " + std::to_string(cols));
+        expect_matches_reference(out, x, gamma, beta, rows, cols);
+    }
+    // Bytes that must move: read x and write y (4 bytes each per element); gamma and beta are
+    // read once (2 * 4 * cols: every other read hits L2); mean and rstd written (2 * 4 * rows).
+    // The second read of each row comes from the caches and is not counted. The copy reads and
+    // writes 4 bytes per element.
+    const double bytes = 2.0 * 4 * n + 2.0 * 4 * cols + 2.0 * 4 * rows;
+    course::record_perf({std::to_string(rows) + "x" + std::to_string(cols), "GB/s",
+                         course::gb_per_s(bytes, timing.learner.median_ms), "copy",
+                         course::gb_per_s(2.0 * 4 * n, timing.baseline.median_ms), timing});
+}
+
+// 16384 x 4096: rows of 16 KB (GPT-style B*T = 16384, C = 4096); x and y 256 MiB each.
+TEST_F(LayerNorm, Bandwidth16384x4096) {
+    auto rng = test_rng();
+    time_case(16384, 4096, rng);
+}
+
+// 4096 x 50304: rows of 196 KB, far fewer rows in flight per SM; x and y 786 MiB each.
+TEST_F(LayerNorm, Bandwidth4096x50304) {
+    auto rng = test_rng();
+    time_case(4096, 50304, rng);
+}
+
+}  // namespace
