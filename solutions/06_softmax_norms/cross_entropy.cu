@@ -98,7 +98,7 @@ template <int kWidth>
 __device__ SoftmaxState add_pack(SoftmaxState state, const Pack<kWidth>& pack) {
     float max = state.max;
     for (int k = 0; k < kWidth; ++k) max = fmaxf(max, pack.v[k]);
-    if (max == -INFINITY) return state;  // only -inf so far
+    if (max == -INFINITY) return state;             // only -inf so far
     float sum = state.sum * expf(state.max - max);  // expf(-inf) = 0 for an empty state
     for (int k = 0; k < kWidth; ++k) sum += expf(pack.v[k] - max);
     return {max, sum};
@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     // Only a warp-wide group can be past the last row, and it leaves as a whole (a block-wide
     // group always has its row: the grid is exactly rows blocks, and no thread skips the barrier).
     if (row >= rows) return;
-    const std::size_t offset = static_cast<std::size_t>(row) * vocab;  // 64-bit: rows * vocab > 2^31
+    // 64-bit offset: rows * vocab can pass 2^31.
+    const std::size_t offset = static_cast<std::size_t>(row) * vocab;
     const float* in = logits + offset;
     float* grad = dlogits + offset;
     const int packs = vocab / kWidth;
@@ -204,7 +205,8 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     for (int j = 0; j < kPacks; ++j) {
         const int p = lane + kGroup * j;
         if (p < packs)
-            store_pack(grad + p * kWidth, gradient(cache[j], p * kWidth, target, row_state, inv_sum, inv_rows));
+            store_pack(grad + p * kWidth,
+                       gradient(cache[j], p * kWidth, target, row_state, inv_sum, inv_rows));
     }
 }
 
@@ -255,7 +257,8 @@ __global__ void __launch_bounds__(kStagedBlock)
 #pragma unroll 4
     for (int p = threadIdx.x; p < packs; p += kStagedBlock) {
         const Pack<kWidth> x = staged ? stage[p] : load_pack_last_use<kWidth>(in + p * kWidth);
-        store_pack(grad + p * kWidth, gradient(x, p * kWidth, target, row_state, inv_sum, inv_rows));
+        store_pack(grad + p * kWidth,
+                   gradient(x, p * kWidth, target, row_state, inv_sum, inv_rows));
     }
 }
 
@@ -280,12 +283,13 @@ void launch(const float* logits, const int* targets, float* losses, float* dlogi
     if (vocab <= 32 * kCachedFloats) {
         // Up to 512 classes: a warp per row, in registers.
         constexpr int kRowsPerBlock = kRegisterBlock / 32;
-        cross_entropy_in_registers<kWidth, 32><<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(
-            logits, targets, losses, dlogits, rows, vocab);
+        cross_entropy_in_registers<kWidth, 32>
+            <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(logits, targets, losses,
+                                                                        dlogits, rows, vocab);
     } else if (vocab <= kRegisterBlock * kCachedFloats) {
         // Up to 4096 classes: a block per row, in registers (16 KB: several rows per SM).
-        cross_entropy_in_registers<kWidth, kRegisterBlock><<<rows, kRegisterBlock>>>(
-            logits, targets, losses, dlogits, rows, vocab);
+        cross_entropy_in_registers<kWidth, kRegisterBlock>
+            <<<rows, kRegisterBlock>>>(logits, targets, losses, dlogits, rows, vocab);
     } else {
         // More: a block per row, staged in shared memory when it fits. GPT-2's 50304 logits are
         // 201 KB: one block per SM, whose 1024 threads keep 64 KB of loads in flight.
@@ -294,17 +298,19 @@ void launch(const float* logits, const int* targets, float* losses, float* dlogi
         const std::size_t row_bytes = static_cast<std::size_t>(vocab) * sizeof(float);
         const bool staged = row_bytes <= stage_capacity;
         kernel<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(logits, targets, losses, dlogits,
-                                                                rows, vocab, staged);
+                                                               rows, vocab, staged);
     }
     CUDA_CHECK_LAUNCH();
 }
 
-bool aligned_16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool aligned_16(const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 
-void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits,
-                   int rows, int vocab) {
+void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits, int rows,
+                   int vocab) {
     // float4 needs every row start on a 16-byte boundary: vocab % 4 == 0 and aligned pointers.
     if (vocab % 4 == 0 && aligned_16(logits) && aligned_16(dlogits))
         launch<4>(logits, targets, losses, dlogits, rows, vocab);

@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     // Only a warp-wide group can be past the last row, and it leaves as a whole (a block-wide
     // group always has its row: the grid is exactly rows blocks, and no thread skips the barrier).
     if (row >= rows) return;
-    const std::size_t offset = static_cast<std::size_t>(row) * cols;  // 64-bit: rows * cols > 2^31
+    // 64-bit offset: rows * cols can pass 2^31.
+    const std::size_t offset = static_cast<std::size_t>(row) * cols;
     const float* x_row = x + offset;
     float* y_row = y + offset;
     const int packs = cols / kWidth;
@@ -209,7 +210,8 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     for (int j = 0; j < kPacks; ++j) {
         const int p = lane + kGroup * j;
         if (p < packs)
-            store_pack(y_row + p * kWidth, normalize(cache[j], gamma, beta, p * kWidth, row_state.mean, row_rstd));
+            store_pack(y_row + p * kWidth,
+                       normalize(cache[j], gamma, beta, p * kWidth, row_state.mean, row_rstd));
     }
 }
 
@@ -219,8 +221,8 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
 template <int kWidth>
 __global__ void __launch_bounds__(kStagedBlock)
     layernorm_staged(const float* __restrict__ x, const float* __restrict__ gamma,
-                     const float* __restrict__ beta, float* __restrict__ y, float* __restrict__ mean,
-                     float* __restrict__ rstd, int cols, bool staged) {
+                     const float* __restrict__ beta, float* __restrict__ y,
+                     float* __restrict__ mean, float* __restrict__ rstd, int cols, bool staged) {
     extern __shared__ __align__(16) unsigned char stage_bytes[];
     Pack<kWidth>* stage = reinterpret_cast<Pack<kWidth>*>(stage_bytes);
     const std::size_t row = blockIdx.x;
@@ -260,7 +262,8 @@ __global__ void __launch_bounds__(kStagedBlock)
 #pragma unroll 4
     for (int p = threadIdx.x; p < packs; p += kStagedBlock) {
         const Pack<kWidth> in = staged ? stage[p] : load_pack_last_use<kWidth>(x_row + p * kWidth);
-        store_pack(y_row + p * kWidth, normalize(in, gamma, beta, p * kWidth, row_state.mean, row_rstd));
+        store_pack(y_row + p * kWidth,
+                   normalize(in, gamma, beta, p * kWidth, row_state.mean, row_rstd));
     }
 }
 
@@ -285,12 +288,13 @@ void launch(const float* x, const float* gamma, const float* beta, float* y, flo
     if (cols <= 32 * kCachedFloats) {
         // Up to 512 floats: a warp per row, in registers.
         constexpr int kRowsPerBlock = kRegisterBlock / 32;
-        layernorm_in_registers<kWidth, 32><<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(
-            x, gamma, beta, y, mean, rstd, rows, cols);
+        layernorm_in_registers<kWidth, 32>
+            <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(x, gamma, beta, y, mean,
+                                                                        rstd, rows, cols);
     } else if (cols <= kRegisterBlock * kCachedFloats) {
         // Up to 4096 floats: a block per row, in registers (16 KB: several rows per SM).
-        layernorm_in_registers<kWidth, kRegisterBlock><<<rows, kRegisterBlock>>>(
-            x, gamma, beta, y, mean, rstd, rows, cols);
+        layernorm_in_registers<kWidth, kRegisterBlock>
+            <<<rows, kRegisterBlock>>>(x, gamma, beta, y, mean, rstd, rows, cols);
     } else {
         // Longer: a block per row, staged in shared memory when it fits. A 50304-float row is
         // 201 KB: one block per SM, whose 1024 threads keep 64 KB of loads in flight.
@@ -299,12 +303,14 @@ void launch(const float* x, const float* gamma, const float* beta, float* y, flo
         const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
         const bool staged = row_bytes <= stage_capacity;
         kernel<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(x, gamma, beta, y, mean, rstd, cols,
-                                                                staged);
+                                                               staged);
     }
     CUDA_CHECK_LAUNCH();
 }
 
-bool aligned_16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool aligned_16(const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 

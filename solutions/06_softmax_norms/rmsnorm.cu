@@ -90,7 +90,8 @@ __device__ float rms_scale(float sum_of_squares, int cols) {
 // y for the pack of x that starts at column col. The weight is read by every row: it comes from
 // L1 or L2.
 template <int kWidth>
-__device__ Pack<kWidth> normalize(const Pack<kWidth>& in, const float* weight, int col, float scale) {
+__device__ Pack<kWidth> normalize(const Pack<kWidth>& in, const float* weight, int col,
+                                  float scale) {
     const Pack<kWidth> w = load_pack<kWidth>(weight + col);
     Pack<kWidth> out;
     for (int k = 0; k < kWidth; ++k) out.v[k] = in.v[k] * scale * w.v[k];
@@ -137,7 +138,8 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     // Only a warp-wide group can be past the last row, and it leaves as a whole (a block-wide
     // group always has its row: the grid is exactly rows blocks, and no thread skips the barrier).
     if (row >= rows) return;
-    const std::size_t offset = static_cast<std::size_t>(row) * cols;  // 64-bit: rows * cols > 2^31
+    // 64-bit offset: rows * cols can pass 2^31.
+    const std::size_t offset = static_cast<std::size_t>(row) * cols;
     const float* x_row = x + offset;
     float* y_row = y + offset;
     const int packs = cols / kWidth;
@@ -162,7 +164,8 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
         const int p = lane + kGroup * j;
-        if (p < packs) store_pack(y_row + p * kWidth, normalize(cache[j], weight, p * kWidth, scale));
+        if (p < packs)
+            store_pack(y_row + p * kWidth, normalize(cache[j], weight, p * kWidth, scale));
     }
 }
 
@@ -231,11 +234,12 @@ void launch(const float* x, const float* weight, float* y, int rows, int cols) {
     if (cols <= 32 * kCachedFloats) {
         // Up to 512 floats: a warp per row, in registers.
         constexpr int kRowsPerBlock = kRegisterBlock / 32;
-        rmsnorm_in_registers<kWidth, 32><<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(
-            x, weight, y, rows, cols);
+        rmsnorm_in_registers<kWidth, 32>
+            <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(x, weight, y, rows, cols);
     } else if (cols <= kRegisterBlock * kCachedFloats) {
         // Up to 4096 floats: a block per row, in registers (16 KB: several rows per SM).
-        rmsnorm_in_registers<kWidth, kRegisterBlock><<<rows, kRegisterBlock>>>(x, weight, y, rows, cols);
+        rmsnorm_in_registers<kWidth, kRegisterBlock>
+            <<<rows, kRegisterBlock>>>(x, weight, y, rows, cols);
     } else {
         // Longer: a block per row, staged in shared memory when it fits. A 50304-float row is
         // 201 KB: one block per SM, whose 1024 threads keep 64 KB of loads in flight.
@@ -248,7 +252,9 @@ void launch(const float* x, const float* weight, float* y, int rows, int cols) {
     CUDA_CHECK_LAUNCH();
 }
 
-bool aligned_16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool aligned_16(const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 
