@@ -12,9 +12,10 @@ const GpuInfo& gpu() {
         int count = 0;
         const cudaError_t status = cudaGetDeviceCount(&count);
         if (status != cudaSuccess || count == 0) {
+            // Without a GPU the runtime usually reports a missing or too old driver: say both.
             g.unavailable_reason = status == cudaSuccess
                                        ? "no CUDA device found"
-                                       : std::string("no usable CUDA device (") +
+                                       : std::string("no NVIDIA GPU or driver found (") +
                                              cudaGetErrorString(status) + ")";
             cudaGetLastError();  // clear it: skipping is not an error
             return g;
