@@ -108,20 +108,6 @@ PairTiming time_against(const std::function<void()>& learner, const std::functio
     return {summarize(learner_ms), summarize(baseline_ms)};
 }
 
-TimingStats time_alone(const std::function<void()>& run, const BenchOptions& options) {
-    warm_up(run, options.warmup);
-    EventPair events;
-    std::vector<double> ms;
-    double total = 0;
-    for (int i = 0; i < options.max_samples; ++i) {
-        if (i >= options.min_samples && total >= options.min_time_ms) break;
-        ms.push_back(events.time_ms(run));
-        total += ms.back();
-    }
-    CUDA_CHECK(cudaGetLastError());
-    return summarize(ms);
-}
-
 void record_perf(const PerfCase& perf) {
     auto text = [](double value) {
         char buffer[32];

@@ -40,7 +40,6 @@ struct PairTiming {
 // Both callables must only enqueue work on the default stream.
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
                         const BenchOptions& options = {});
-TimingStats time_alone(const std::function<void()>& run, const BenchOptions& options = {});
 
 // Rates from a median time. Write the napkin math (bytes moved, FLOPs) beside every call.
 inline double gb_per_s(double bytes, double ms) { return bytes / (ms * 1e6); }
