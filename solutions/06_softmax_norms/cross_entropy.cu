@@ -3,7 +3,8 @@
 //
 // Teaches: the online (running max, rescaled sum) logsumexp and how two such states merge;
 // fusing a loss with its gradient, with the row kept on chip (in registers, or in shared memory
-// when it is long) so that the logits are read from device memory once and dlogits written once;
+// when it is long: on Hopper the shared memory of a cluster of blocks) so that the logits are read
+// from device memory once and dlogits written once;
 // -inf (masked) logits; why the maximum is subtracted before expf. Memory-bound: the checker
 // reports the bandwidth next to a device-to-device copy.
 //
@@ -11,7 +12,6 @@
 // Contract: cross_entropy.h            Notes:  notes/06_softmax_norms.md
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 
 #include "course/exercise.h"
 #include "cross_entropy.h"
@@ -24,16 +24,21 @@ constexpr unsigned kFullMask = 0xffffffffu;
 //  - registers: each thread keeps kCachedFloats of the row (4 float4 or 16 floats), so a warp
 //    holds a row of up to 512 logits (kRegisterBlock / 32 rows per block) and a block of
 //    kRegisterBlock threads one of up to 4096;
-//  - shared memory: longer rows get a block of kStagedBlock threads each, and the row is staged in
-//    the block's dynamic shared memory (up to 227 KB, 58,000 logits, on an H100);
+//  - shared memory: longer rows are staged in dynamic shared memory. On Hopper a row is split over
+//    a cluster of blocks of kClusterBlock threads, each staging a slice of up to kSliceBytes, and
+//    the blocks merge their states through distributed shared memory: GPT-2's 50304 logits
+//    (201 KB) take 2 blocks, and an SM holds 2 blocks of different rows, so one row's reduction
+//    hides behind the other's loads. Before Hopper one block of kStagedBlock threads stages the
+//    whole row (up to 163 KB on an A100): one row per SM;
 //  - nowhere: a row longer than that is read a second time.
-// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight),
-// so that even one block per SM keeps enough bytes on their way to saturate device memory.
+// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight).
 constexpr int kCachedFloats = 16;
 constexpr int kRegisterBlock = 256;
 // At least 4 register-tier blocks resident per SM: a budget of 64 registers per thread. (Left to
 // itself, ptxas may squeeze a kernel like this into 32 registers and spill to local memory.)
 constexpr int kMinRegisterBlocksPerSm = 4;
+constexpr int kClusterBlock = 512;
+constexpr std::size_t kSliceBytes = 100 * 1024;  // 2 slices per SM in its 227 KB
 constexpr int kStagedBlock = 1024;
 constexpr int kLoadsInFlight = 4;
 
@@ -210,71 +215,95 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     }
 }
 
-// Longer rows: one block of kStagedBlock threads per row. `staged`: the block's dynamic shared
-// memory holds the whole row (vocab floats), and the gradient reads it there; otherwise (a row
-// longer than shared memory) the gradient reads the logits a second time.
-template <int kWidth>
-__global__ void __launch_bounds__(kStagedBlock)
+// Longer rows, staged in shared memory. Launched in clusters (Hopper), the blocks of a cluster
+// share one row, each staging the slice course::cluster_slice gives it; otherwise one block holds
+// the whole row. `staged`: the slice fits in the block's dynamic shared memory, and the gradient
+// reads it there; otherwise (a row too long even for that) it reads the logits a second time.
+template <int kWidth, int kBlock>
+__global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
     cross_entropy_staged(const float* __restrict__ logits, const int* __restrict__ targets,
                          float* __restrict__ losses, float* __restrict__ dlogits, int rows,
                          int vocab, bool staged) {
     extern __shared__ __align__(16) unsigned char stage_bytes[];
+    __shared__ SoftmaxState block_state;  // read by the other blocks of the cluster
     Pack<kWidth>* stage = reinterpret_cast<Pack<kWidth>*>(stage_bytes);
-    const std::size_t row = blockIdx.x;
+    const unsigned slices = course::cluster_blocks();  // blocks per row: 1 without clusters
+    const unsigned rank = course::cluster_rank();
+    const std::size_t row = blockIdx.x / slices;
     const float* in = logits + row * vocab;  // 64-bit offset: rows * vocab can pass 2^31
     float* grad = dlogits + row * vocab;
-    const int packs = vocab / kWidth;
     const int target = targets[row];  // in flight with the row
+    // This block's packs: shares rounded to 128 bytes (32 floats) so each starts on a line.
+    const course::Slice slice = course::cluster_slice(vocab / kWidth, slices, rank, 32 / kWidth);
 
-    // Pass 1: thread t reads packs t, t + kStagedBlock, ... (coalesced), kLoadsInFlight of them
-    // issued before the first is used. Each is parked in shared memory at its own index and
-    // added to the thread's online state. A thread later reads back exactly the slots it wrote
-    // itself, so the stage needs no barrier.
+    // Pass 1: thread t reads packs begin + t, begin + t + kBlock, ... (coalesced), kLoadsInFlight
+    // of them issued before the first is used. Each is parked in shared memory and added to the
+    // thread's online state. A thread later reads back exactly the slots it wrote itself, so the
+    // stage needs no barrier.
     SoftmaxState state{-INFINITY, 0.0f};
-    for (int first = threadIdx.x; first < packs; first += kLoadsInFlight * kStagedBlock) {
+    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
         Pack<kWidth> batch[kLoadsInFlight];
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kStagedBlock * j;
-            if (p < packs) batch[j] = load_pack<kWidth>(in + p * kWidth);
+            const int p = first + kBlock * j;
+            if (p < slice.end) batch[j] = load_pack<kWidth>(in + p * kWidth);
         }
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kStagedBlock * j;
-            if (p < packs) {
-                if (staged) stage[p] = batch[j];
+            const int p = first + kBlock * j;
+            if (p < slice.end) {
+                if (staged) stage[p - slice.begin] = batch[j];
                 state = add_pack(state, batch[j]);
             }
         }
     }
-    const float target_logit = threadIdx.x == 0 ? in[target] : 0.0f;  // read as above
-    const SoftmaxState row_state = group_merge<kStagedBlock>(state);
-    if (threadIdx.x == 0) losses[row] = loss_of(row_state, target_logit);
+    // The loss is the first block's to write (see cross_entropy_in_registers).
+    const bool writes_loss = threadIdx.x == 0 && rank == 0;
+    const float target_logit = writes_loss ? in[target] : 0.0f;
+    SoftmaxState row_state = group_merge<kBlock>(state);
+    // In a cluster, the blocks' states are merged too (course/cluster.h).
+    row_state = course::cluster_reduce(row_state, &block_state, [](SoftmaxState a, SoftmaxState b) {
+        return softmax_merge(a, b);
+    });
+    course::cluster_arrive();  // done reading the other blocks' states
+    if (writes_loss) losses[row] = loss_of(row_state, target_logit);
 
     // Pass 2: the same packs, from shared memory (or from a last read of the logits).
     const float inv_sum = 1.0f / row_state.sum;
     const float inv_rows = 1.0f / rows;
 #pragma unroll 4
-    for (int p = threadIdx.x; p < packs; p += kStagedBlock) {
-        const Pack<kWidth> x = staged ? stage[p] : load_pack_last_use<kWidth>(in + p * kWidth);
+    for (int p = slice.begin + threadIdx.x; p < slice.end; p += kBlock) {
+        const Pack<kWidth> x = staged ? stage[p - slice.begin] : load_pack_last_use<kWidth>(in + p * kWidth);
         store_pack(grad + p * kWidth,
                    gradient(x, p * kWidth, target, row_state, inv_sum, inv_rows));
     }
+    course::cluster_wait();  // the other blocks are done with our state
 }
 
-// Shared memory a block of `kernel` may use beyond its static arrays on this GPU (227 KB on an
-// H100, 163 KB on an A100, 64 KB on a T4), opted into once per kernel: above 48 KB a kernel must
-// ask for it explicitly.
-template <class Kernel>
-std::size_t opt_in_stage_bytes(Kernel kernel) {
-    int device = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    const int bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return static_cast<std::size_t>(bytes);
+// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
+template <int kWidth>
+void launch_staged(const float* logits, const int* targets, float* losses, float* dlogits,
+                   int rows, int vocab) {
+    const std::size_t row_bytes = static_cast<std::size_t>(vocab) * sizeof(float);
+    const auto in_cluster = cross_entropy_staged<kWidth, kClusterBlock>;
+    static const bool clusters = course::clusters_available(in_cluster);
+    static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
+    const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
+    if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
+        // The first slice is the longest (at most kSliceBytes).
+        const course::Slice first = course::cluster_slice(vocab / kWidth, slices, 0, 32 / kWidth);
+        const std::size_t slice_bytes = (first.end - first.begin) * sizeof(Pack<kWidth>);
+        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, slice_bytes,
+                                   logits, targets, losses, dlogits, rows, vocab,
+                                   slice_bytes <= cluster_capacity);
+        return;
+    }
+    const auto one_block = cross_entropy_staged<kWidth, kStagedBlock>;
+    static const std::size_t capacity = course::opt_in_shared_bytes(one_block);
+    const bool staged = row_bytes <= capacity;
+    one_block<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(logits, targets, losses, dlogits,
+                                                              rows, vocab, staged);
+    CUDA_CHECK_LAUNCH();
 }
 
 template <int kWidth>
@@ -286,25 +315,15 @@ void launch(const float* logits, const int* targets, float* losses, float* dlogi
         cross_entropy_in_registers<kWidth, 32>
             <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(logits, targets, losses,
                                                                         dlogits, rows, vocab);
+        CUDA_CHECK_LAUNCH();
     } else if (vocab <= kRegisterBlock * kCachedFloats) {
         // Up to 4096 classes: a block per row, in registers (16 KB: several rows per SM).
         cross_entropy_in_registers<kWidth, kRegisterBlock>
             <<<rows, kRegisterBlock>>>(logits, targets, losses, dlogits, rows, vocab);
+        CUDA_CHECK_LAUNCH();
     } else {
-        // More: a block per row, staged in shared memory when it fits. GPT-2's 50304 logits are
-        // 201 KB: one block per SM, whose 1024 threads keep 64 KB of loads in flight.
-        const auto kernel = cross_entropy_staged<kWidth>;
-        static const std::size_t stage_capacity = opt_in_stage_bytes(kernel);
-        const std::size_t row_bytes = static_cast<std::size_t>(vocab) * sizeof(float);
-        const bool staged = row_bytes <= stage_capacity;
-        kernel<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(logits, targets, losses, dlogits,
-                                                               rows, vocab, staged);
+        launch_staged<kWidth>(logits, targets, losses, dlogits, rows, vocab);
     }
-    CUDA_CHECK_LAUNCH();
-}
-
-bool aligned_16(const void* p) {
-    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace
@@ -312,7 +331,7 @@ bool aligned_16(const void* p) {
 void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits, int rows,
                    int vocab) {
     // float4 needs every row start on a 16-byte boundary: vocab % 4 == 0 and aligned pointers.
-    if (vocab % 4 == 0 && aligned_16(logits) && aligned_16(dlogits))
+    if (vocab % 4 == 0 && course::is_aligned(logits, 16) && course::is_aligned(dlogits, 16))
         launch<4>(logits, targets, losses, dlogits, rows, vocab);
     else
         launch<1>(logits, targets, losses, dlogits, rows, vocab);

@@ -1,17 +1,16 @@
 // 06_softmax_norms/layernorm: LayerNorm forward, one block (or warp) per row, Welford statistics.
 // Reference solution.
 //
-// Teaches: Welford's mean and variance, and how two partial Welford states merge (the same
-// merge serves a float4, a thread, a warp and the block); block-wide reductions of a struct;
-// float4 loads; keeping the row on chip (in registers, or in shared memory when it is long)
-// between the statistics and the write, so that device memory reads x once; saving the
-// statistics for the backward pass. Memory-bound: the checker reports the bandwidth next to a
-// device-to-device copy.
+// Teaches: Welford's mean and variance, and how two partial Welford states merge (the same merge
+// serves a float4, a thread, a warp and the block); block-wide reductions of a struct; float4
+// loads; keeping the row on chip (in registers, or in shared memory when it is long: on Hopper the
+// shared memory of a cluster of blocks) between the statistics and the write, so that device memory
+// reads x once; saving the statistics for the backward pass. Memory-bound: the checker reports the
+// bandwidth next to a device-to-device copy.
 //
 // Run:  grader run 06/layernorm --solutions
 // Contract: layernorm.h                Notes:  notes/06_softmax_norms.md
 #include <cstddef>
-#include <cstdint>
 
 #include "course/exercise.h"
 #include "layernorm.h"
@@ -24,18 +23,26 @@ constexpr unsigned kFullMask = 0xffffffffu;
 //  - registers: each thread keeps kCachedFloats of the row (4 float4 or 16 floats), so a warp
 //    holds a row of up to 512 floats (kRegisterBlock / 32 rows per block) and a block of
 //    kRegisterBlock threads one of up to 4096;
-//  - shared memory: longer rows get a block of kStagedBlock threads each, and the row is staged in
-//    the block's dynamic shared memory (up to 227 KB, 58,000 floats, on an H100);
+//  - shared memory: longer rows are staged in dynamic shared memory. On Hopper a row is split over
+//    a cluster of blocks of kClusterBlock threads, each staging a slice of up to kSliceBytes, and
+//    the blocks merge their statistics through distributed shared memory: a 50304-float row
+//    (201 KB) takes 2 blocks, and an SM holds 2 blocks of different rows, so one row's reduction
+//    hides behind the other's loads. Before Hopper one block of kStagedBlock threads stages the
+//    whole row (up to 163 KB on an A100): one row per SM;
 //  - nowhere: a row longer than that is read a second time.
-// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight),
-// so that even one block per SM keeps enough bytes on their way to saturate device memory.
+// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight).
 constexpr int kCachedFloats = 16;
 constexpr int kRegisterBlock = 256;
 // At least 4 register-tier blocks resident per SM: a budget of 64 registers per thread. (Left to
 // itself, ptxas squeezed the float4 kernel into 32 registers and spilled to local memory.)
 constexpr int kMinRegisterBlocksPerSm = 4;
+constexpr int kClusterBlock = 512;
+constexpr std::size_t kSliceBytes = 100 * 1024;  // 2 slices per SM in its 227 KB
 constexpr int kStagedBlock = 1024;
 constexpr int kLoadsInFlight = 4;
+// The write loads 3 packs per output pack (x from the stage, gamma, beta): 2 at a time keep the
+// kernel within 64 registers, where 4 spill over into fewer resident blocks.
+constexpr int kWritesInFlight = 2;
 
 // Count, mean and M2 (the sum of squared deviations from the mean) of a set of values. The
 // variance is m2 / count. The count is a float: it is exact up to 2^24 and saves conversions.
@@ -116,13 +123,10 @@ __device__ float rstd_of(const Welford& row, int cols) {
     return rsqrtf(row.m2 / cols + kLayerNormEps);
 }
 
-// y for the pack of x that starts at column col. gamma and beta are read by every row: they come
-// from L1 or L2.
+// y for a pack of x and the same columns of gamma (scale) and beta (shift).
 template <int kWidth>
-__device__ Pack<kWidth> normalize(const Pack<kWidth>& in, const float* gamma, const float* beta,
-                                  int col, float row_mean, float row_rstd) {
-    const Pack<kWidth> scale = load_pack<kWidth>(gamma + col);
-    const Pack<kWidth> shift = load_pack<kWidth>(beta + col);
+__device__ Pack<kWidth> normalize(const Pack<kWidth>& in, const Pack<kWidth>& scale,
+                                  const Pack<kWidth>& shift, float row_mean, float row_rstd) {
     Pack<kWidth> out;
     for (int k = 0; k < kWidth; ++k)
         out.v[k] = (in.v[k] - row_mean) * row_rstd * scale.v[k] + shift.v[k];
@@ -205,81 +209,117 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
         rstd[row] = row_rstd;
     }
 
-    // The write, from the registers.
+    // The write, from the registers. gamma and beta are read by every row: L1 or L2 has them.
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
         const int p = lane + kGroup * j;
         if (p < packs)
             store_pack(y_row + p * kWidth,
-                       normalize(cache[j], gamma, beta, p * kWidth, row_state.mean, row_rstd));
+                       normalize(cache[j], load_pack<kWidth>(gamma + p * kWidth),
+                                 load_pack<kWidth>(beta + p * kWidth), row_state.mean, row_rstd));
     }
 }
 
-// Longer rows: one block of kStagedBlock threads per row. `staged`: the block's dynamic shared
-// memory holds the whole row (cols floats), and the write reads it there; otherwise (a row
-// longer than shared memory) the write reads x a second time.
-template <int kWidth>
-__global__ void __launch_bounds__(kStagedBlock)
+// Longer rows, staged in shared memory. Launched in clusters (Hopper), the blocks of a cluster
+// share one row, each staging the slice course::cluster_slice gives it; otherwise one block holds
+// the whole row. `staged`: the slice fits in the block's dynamic shared memory, and the write
+// reads it there; otherwise (a row too long even for that) the write reads x a second time.
+template <int kWidth, int kBlock>
+__global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
     layernorm_staged(const float* __restrict__ x, const float* __restrict__ gamma,
                      const float* __restrict__ beta, float* __restrict__ y,
                      float* __restrict__ mean, float* __restrict__ rstd, int cols, bool staged) {
     extern __shared__ __align__(16) unsigned char stage_bytes[];
+    __shared__ Welford block_state;  // read by the other blocks of the cluster
     Pack<kWidth>* stage = reinterpret_cast<Pack<kWidth>*>(stage_bytes);
-    const std::size_t row = blockIdx.x;
+    const unsigned slices = course::cluster_blocks();  // blocks per row: 1 without clusters
+    const unsigned rank = course::cluster_rank();
+    const std::size_t row = blockIdx.x / slices;
     const float* x_row = x + row * cols;  // 64-bit offset: rows * cols can pass 2^31
     float* y_row = y + row * cols;
-    const int packs = cols / kWidth;
+    // This block's packs: shares rounded to 128 bytes (32 floats) so each starts on a line.
+    const course::Slice slice = course::cluster_slice(cols / kWidth, slices, rank, 32 / kWidth);
 
-    // Pass 1: thread t reads packs t, t + kStagedBlock, ... (coalesced), kLoadsInFlight of them
-    // issued before the first is used. Each is parked in shared memory at its own index and
-    // merged into the thread's state. A thread later reads back exactly the slots it wrote
-    // itself, so the stage needs no barrier.
+    // Pass 1: thread t reads packs begin + t, begin + t + kBlock, ... (coalesced), kLoadsInFlight
+    // of them issued before the first is used. Each is parked in shared memory and merged into
+    // the thread's state. A thread later reads back exactly the slots it wrote itself, so the
+    // stage needs no barrier.
     Welford state{0.0f, 0.0f, 0.0f};
-    for (int first = threadIdx.x; first < packs; first += kLoadsInFlight * kStagedBlock) {
+    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
         Pack<kWidth> batch[kLoadsInFlight];
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kStagedBlock * j;
-            if (p < packs) batch[j] = load_pack<kWidth>(x_row + p * kWidth);
+            const int p = first + kBlock * j;
+            if (p < slice.end) batch[j] = load_pack<kWidth>(x_row + p * kWidth);
         }
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kStagedBlock * j;
-            if (p < packs) {
-                if (staged) stage[p] = batch[j];
+            const int p = first + kBlock * j;
+            if (p < slice.end) {
+                if (staged) stage[p - slice.begin] = batch[j];
                 state = welford_merge(state, welford_of(batch[j]));
             }
         }
     }
-    const Welford row_state = group_merge<kStagedBlock>(state);
+    Welford row_state = group_merge<kBlock>(state);
+    // In a cluster, the blocks' states are merged too (course/cluster.h).
+    row_state = course::cluster_reduce(row_state, &block_state,
+                                       [](Welford a, Welford b) { return welford_merge(a, b); });
+    course::cluster_arrive();  // done reading the other blocks' states
     const float row_rstd = rstd_of(row_state, cols);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && rank == 0) {
         mean[row] = row_state.mean;
         rstd[row] = row_rstd;
     }
 
-    // Pass 2: the same packs, from shared memory (or from a last read of x).
-#pragma unroll 4
-    for (int p = threadIdx.x; p < packs; p += kStagedBlock) {
-        const Pack<kWidth> in = staged ? stage[p] : load_pack_last_use<kWidth>(x_row + p * kWidth);
-        store_pack(y_row + p * kWidth,
-                   normalize(in, gamma, beta, p * kWidth, row_state.mean, row_rstd));
+    // Pass 2: the same packs, from shared memory (or from a last read of x), in batches again so
+    // that the loads of gamma and beta (from L2) are in flight together.
+    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kWritesInFlight * kBlock) {
+        Pack<kWidth> in[kWritesInFlight], scale[kWritesInFlight], shift[kWritesInFlight];
+#pragma unroll
+        for (int j = 0; j < kWritesInFlight; ++j) {
+            const int p = first + kBlock * j;
+            if (p < slice.end) {
+                in[j] = staged ? stage[p - slice.begin] : load_pack_last_use<kWidth>(x_row + p * kWidth);
+                scale[j] = load_pack<kWidth>(gamma + p * kWidth);
+                shift[j] = load_pack<kWidth>(beta + p * kWidth);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kWritesInFlight; ++j) {
+            const int p = first + kBlock * j;
+            if (p < slice.end)
+                store_pack(y_row + p * kWidth,
+                           normalize(in[j], scale[j], shift[j], row_state.mean, row_rstd));
+        }
     }
+    course::cluster_wait();  // the other blocks are done with our state
 }
 
-// Shared memory a block of `kernel` may use beyond its static arrays on this GPU (227 KB on an
-// H100, 163 KB on an A100, 64 KB on a T4), opted into once per kernel: above 48 KB a kernel must
-// ask for it explicitly.
-template <class Kernel>
-std::size_t opt_in_stage_bytes(Kernel kernel) {
-    int device = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    const int bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return static_cast<std::size_t>(bytes);
+// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
+template <int kWidth>
+void launch_staged(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                   float* rstd, int rows, int cols) {
+    const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
+    const auto in_cluster = layernorm_staged<kWidth, kClusterBlock>;
+    static const bool clusters = course::clusters_available(in_cluster);
+    static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
+    const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
+    if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
+        // The first slice is the longest (at most kSliceBytes).
+        const course::Slice first = course::cluster_slice(cols / kWidth, slices, 0, 32 / kWidth);
+        const std::size_t slice_bytes = (first.end - first.begin) * sizeof(Pack<kWidth>);
+        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, slice_bytes,
+                                   x, gamma, beta, y, mean, rstd, cols,
+                                   slice_bytes <= cluster_capacity);
+        return;
+    }
+    const auto one_block = layernorm_staged<kWidth, kStagedBlock>;
+    static const std::size_t capacity = course::opt_in_shared_bytes(one_block);
+    const bool staged = row_bytes <= capacity;
+    one_block<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(x, gamma, beta, y, mean, rstd, cols,
+                                                              staged);
+    CUDA_CHECK_LAUNCH();
 }
 
 template <int kWidth>
@@ -291,25 +331,15 @@ void launch(const float* x, const float* gamma, const float* beta, float* y, flo
         layernorm_in_registers<kWidth, 32>
             <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(x, gamma, beta, y, mean,
                                                                         rstd, rows, cols);
+        CUDA_CHECK_LAUNCH();
     } else if (cols <= kRegisterBlock * kCachedFloats) {
         // Up to 4096 floats: a block per row, in registers (16 KB: several rows per SM).
         layernorm_in_registers<kWidth, kRegisterBlock>
             <<<rows, kRegisterBlock>>>(x, gamma, beta, y, mean, rstd, rows, cols);
+        CUDA_CHECK_LAUNCH();
     } else {
-        // Longer: a block per row, staged in shared memory when it fits. A 50304-float row is
-        // 201 KB: one block per SM, whose 1024 threads keep 64 KB of loads in flight.
-        const auto kernel = layernorm_staged<kWidth>;
-        static const std::size_t stage_capacity = opt_in_stage_bytes(kernel);
-        const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
-        const bool staged = row_bytes <= stage_capacity;
-        kernel<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(x, gamma, beta, y, mean, rstd, cols,
-                                                               staged);
+        launch_staged<kWidth>(x, gamma, beta, y, mean, rstd, rows, cols);
     }
-    CUDA_CHECK_LAUNCH();
-}
-
-bool aligned_16(const void* p) {
-    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace
@@ -317,7 +347,8 @@ bool aligned_16(const void* p) {
 void layernorm(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                float* rstd, int rows, int cols) {
     // float4 needs every row start on a 16-byte boundary: cols % 4 == 0 and aligned pointers.
-    if (cols % 4 == 0 && aligned_16(x) && aligned_16(y) && aligned_16(gamma) && aligned_16(beta))
+    if (cols % 4 == 0 && course::is_aligned(x, 16) && course::is_aligned(y, 16) &&
+        course::is_aligned(gamma, 16) && course::is_aligned(beta, 16))
         launch<4>(x, gamma, beta, y, mean, rstd, rows, cols);
     else
         launch<1>(x, gamma, beta, y, mean, rstd, rows, cols);

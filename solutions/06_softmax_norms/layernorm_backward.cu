@@ -8,7 +8,6 @@
 // Run:  grader run 06/layernorm_backward --solutions
 // Contract: layernorm_backward.h            Notes:  notes/06_softmax_norms.md
 #include <algorithm>
-#include <cstdint>
 
 #include "course/exercise.h"
 #include "layernorm_backward.h"
@@ -162,8 +161,6 @@ __global__ void layernorm_backward_dgamma_dbeta_kernel(const float* __restrict__
     }
 }
 
-bool aligned_16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 void layernorm_backward(const float* x, const float* dy, const float* gamma, const float* mean,
@@ -172,7 +169,8 @@ void layernorm_backward(const float* x, const float* dy, const float* gamma, con
     // dx: as the forward, one block per row with about 8 floats per thread (512 threads for
     // cols = 4096), float4 when every row start is 16-byte aligned.
     const int threads = std::clamp(course::ceil_div(cols, 8 * 32) * 32, 32, 1024);
-    if (cols % 4 == 0 && aligned_16(x) && aligned_16(dy) && aligned_16(gamma) && aligned_16(dx)) {
+    if (cols % 4 == 0 && course::is_aligned(x, 16) && course::is_aligned(dy, 16) &&
+        course::is_aligned(gamma, 16) && course::is_aligned(dx, 16)) {
         layernorm_backward_dx_kernel<4><<<rows, threads>>>(x, dy, gamma, mean, rstd, dx, cols);
     } else {
         layernorm_backward_dx_kernel<1><<<rows, threads>>>(x, dy, gamma, mean, rstd, dx, cols);

@@ -1,15 +1,15 @@
 // 06_softmax_norms/rmsnorm: RMSNorm (Llama), one block (or warp) per row. Reference solution.
 //
 // Teaches: a block-wide sum reduction (warp shuffles, then shared memory across warps), float4
-// loads and stores, keeping the row on chip (in registers, or in shared memory when it is long)
-// between the sum and the write so that device memory reads x once, and why RMSNorm needs no
-// Welford: a sum of squares has no cancellation. Memory-bound: the checker reports the
+// loads and stores, keeping the row on chip (in registers, or in shared memory when it is long:
+// on Hopper the shared memory of a cluster of blocks) between the sum and the write so that
+// device memory reads x once, and why RMSNorm needs no Welford: a sum of squares has no
+// cancellation. Memory-bound: the checker reports the
 // bandwidth next to a device-to-device copy.
 //
 // Run:  grader run 06/rmsnorm --solutions
 // Contract: rmsnorm.h                  Notes:  notes/06_softmax_norms.md
 #include <cstddef>
-#include <cstdint>
 
 #include "course/exercise.h"
 #include "rmsnorm.h"
@@ -22,16 +22,21 @@ constexpr unsigned kFullMask = 0xffffffffu;
 //  - registers: each thread keeps kCachedFloats of the row (4 float4 or 16 floats), so a warp
 //    holds a row of up to 512 floats (kRegisterBlock / 32 rows per block) and a block of
 //    kRegisterBlock threads one of up to 4096;
-//  - shared memory: longer rows get a block of kStagedBlock threads each, and the row is staged in
-//    the block's dynamic shared memory (up to 227 KB, 58,000 floats, on an H100);
+//  - shared memory: longer rows are staged in dynamic shared memory. On Hopper a row is split over
+//    a cluster of blocks of kClusterBlock threads, each staging a slice of up to kSliceBytes, and
+//    the blocks add their sums through distributed shared memory: a 50304-float row (201 KB)
+//    takes 2 blocks, and an SM holds 2 blocks of different rows, so one row's reduction hides
+//    behind the other's loads. Before Hopper one block of kStagedBlock threads stages the whole
+//    row (up to 163 KB on an A100): one row per SM;
 //  - nowhere: a row longer than that is read a second time.
-// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight),
-// so that even one block per SM keeps enough bytes on their way to saturate device memory.
+// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight).
 constexpr int kCachedFloats = 16;
 constexpr int kRegisterBlock = 256;
 // At least 4 register-tier blocks resident per SM: a budget of 64 registers per thread. (Left to
 // itself, ptxas squeezed the float4 kernel into 32 registers and spilled to local memory.)
 constexpr int kMinRegisterBlocksPerSm = 4;
+constexpr int kClusterBlock = 512;
+constexpr std::size_t kSliceBytes = 100 * 1024;  // 2 slices per SM in its 227 KB
 constexpr int kStagedBlock = 1024;
 constexpr int kLoadsInFlight = 4;
 
@@ -87,12 +92,9 @@ __device__ float rms_scale(float sum_of_squares, int cols) {
     return rsqrtf(sum_of_squares / cols + kRmsNormEps);
 }
 
-// y for the pack of x that starts at column col. The weight is read by every row: it comes from
-// L1 or L2.
+// y for a pack of x and the same columns of the weight.
 template <int kWidth>
-__device__ Pack<kWidth> normalize(const Pack<kWidth>& in, const float* weight, int col,
-                                  float scale) {
-    const Pack<kWidth> w = load_pack<kWidth>(weight + col);
+__device__ Pack<kWidth> normalize(const Pack<kWidth>& in, const Pack<kWidth>& w, float scale) {
     Pack<kWidth> out;
     for (int k = 0; k < kWidth; ++k) out.v[k] = in.v[k] * scale * w.v[k];
     return out;
@@ -160,73 +162,104 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
         if (lane + kGroup * j < packs) squares += squares_of(cache[j]);
     const float scale = rms_scale(group_sum<kGroup>(squares), cols);
 
-    // The write, from the registers.
+    // The write, from the registers. The weight is read by every row: it comes from L1 or L2.
 #pragma unroll
     for (int j = 0; j < kPacks; ++j) {
         const int p = lane + kGroup * j;
         if (p < packs)
-            store_pack(y_row + p * kWidth, normalize(cache[j], weight, p * kWidth, scale));
+            store_pack(y_row + p * kWidth,
+                       normalize(cache[j], load_pack<kWidth>(weight + p * kWidth), scale));
     }
 }
 
-// Longer rows: one block of kStagedBlock threads per row. `staged`: the block's dynamic shared
-// memory holds the whole row (cols floats), and the write reads it there; otherwise (a row
-// longer than shared memory) the write reads x a second time.
-template <int kWidth>
-__global__ void __launch_bounds__(kStagedBlock)
+// Longer rows, staged in shared memory. Launched in clusters (Hopper), the blocks of a cluster
+// share one row, each staging the slice course::cluster_slice gives it; otherwise one block holds
+// the whole row. `staged`: the slice fits in the block's dynamic shared memory, and the write
+// reads it there; otherwise (a row too long even for that) the write reads x a second time.
+template <int kWidth, int kBlock>
+__global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
     rmsnorm_staged(const float* __restrict__ x, const float* __restrict__ weight,
                    float* __restrict__ y, int cols, bool staged) {
     extern __shared__ __align__(16) unsigned char stage_bytes[];
+    __shared__ float block_squares;  // read by the other blocks of the cluster
     Pack<kWidth>* stage = reinterpret_cast<Pack<kWidth>*>(stage_bytes);
-    const std::size_t row = blockIdx.x;
+    const unsigned slices = course::cluster_blocks();  // blocks per row: 1 without clusters
+    const std::size_t row = blockIdx.x / slices;
     const float* x_row = x + row * cols;  // 64-bit offset: rows * cols can pass 2^31
     float* y_row = y + row * cols;
-    const int packs = cols / kWidth;
+    // This block's packs: shares rounded to 128 bytes (32 floats) so each starts on a line.
+    const course::Slice slice =
+        course::cluster_slice(cols / kWidth, slices, course::cluster_rank(), 32 / kWidth);
 
-    // Pass 1: thread t reads packs t, t + kStagedBlock, ... (coalesced), kLoadsInFlight of them
-    // issued before the first is used. Each is parked in shared memory at its own index and its
-    // squares added to the thread's sum. A thread later reads back exactly the slots it wrote
-    // itself, so the stage needs no barrier.
+    // Pass 1: thread t reads packs begin + t, begin + t + kBlock, ... (coalesced), kLoadsInFlight
+    // of them issued before the first is used. Each is parked in shared memory and its squares
+    // added to the thread's sum. A thread later reads back exactly the slots it wrote itself, so
+    // the stage needs no barrier.
     float squares = 0.0f;
-    for (int first = threadIdx.x; first < packs; first += kLoadsInFlight * kStagedBlock) {
+    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
         Pack<kWidth> batch[kLoadsInFlight];
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kStagedBlock * j;
-            if (p < packs) batch[j] = load_pack<kWidth>(x_row + p * kWidth);
+            const int p = first + kBlock * j;
+            if (p < slice.end) batch[j] = load_pack<kWidth>(x_row + p * kWidth);
         }
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kStagedBlock * j;
-            if (p < packs) {
-                if (staged) stage[p] = batch[j];
+            const int p = first + kBlock * j;
+            if (p < slice.end) {
+                if (staged) stage[p - slice.begin] = batch[j];
                 squares += squares_of(batch[j]);
             }
         }
     }
-    const float scale = rms_scale(group_sum<kStagedBlock>(squares), cols);
+    squares = group_sum<kBlock>(squares);
+    // In a cluster, the blocks' sums are added too (course/cluster.h).
+    squares = course::cluster_reduce(squares, &block_squares, [](float a, float b) { return a + b; });
+    course::cluster_arrive();  // done reading the other blocks' sums
+    const float scale = rms_scale(squares, cols);
 
-    // Pass 2: the same packs, from shared memory (or from a last read of x).
-#pragma unroll 4
-    for (int p = threadIdx.x; p < packs; p += kStagedBlock) {
-        const Pack<kWidth> in = staged ? stage[p] : load_pack_last_use<kWidth>(x_row + p * kWidth);
-        store_pack(y_row + p * kWidth, normalize(in, weight, p * kWidth, scale));
+    // Pass 2: the same packs, from shared memory (or from a last read of x), in batches again so
+    // that the weight's loads (from L2) are in flight together.
+    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
+        Pack<kWidth> in[kLoadsInFlight], w[kLoadsInFlight];
+#pragma unroll
+        for (int j = 0; j < kLoadsInFlight; ++j) {
+            const int p = first + kBlock * j;
+            if (p < slice.end) {
+                in[j] = staged ? stage[p - slice.begin] : load_pack_last_use<kWidth>(x_row + p * kWidth);
+                w[j] = load_pack<kWidth>(weight + p * kWidth);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kLoadsInFlight; ++j) {
+            const int p = first + kBlock * j;
+            if (p < slice.end) store_pack(y_row + p * kWidth, normalize(in[j], w[j], scale));
+        }
     }
+    course::cluster_wait();  // the other blocks are done with our sum
 }
 
-// Shared memory a block of `kernel` may use beyond its static arrays on this GPU (227 KB on an
-// H100, 163 KB on an A100, 64 KB on a T4), opted into once per kernel: above 48 KB a kernel must
-// ask for it explicitly.
-template <class Kernel>
-std::size_t opt_in_stage_bytes(Kernel kernel) {
-    int device = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    const int bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return static_cast<std::size_t>(bytes);
+// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
+template <int kWidth>
+void launch_staged(const float* x, const float* weight, float* y, int rows, int cols) {
+    const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
+    const auto in_cluster = rmsnorm_staged<kWidth, kClusterBlock>;
+    static const bool clusters = course::clusters_available(in_cluster);
+    static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
+    const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
+    if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
+        // The first slice is the longest (at most kSliceBytes).
+        const course::Slice first = course::cluster_slice(cols / kWidth, slices, 0, 32 / kWidth);
+        const std::size_t slice_bytes = (first.end - first.begin) * sizeof(Pack<kWidth>);
+        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, slice_bytes,
+                                   x, weight, y, cols, slice_bytes <= cluster_capacity);
+        return;
+    }
+    const auto one_block = rmsnorm_staged<kWidth, kStagedBlock>;
+    static const std::size_t capacity = course::opt_in_shared_bytes(one_block);
+    const bool staged = row_bytes <= capacity;
+    one_block<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(x, weight, y, cols, staged);
+    CUDA_CHECK_LAUNCH();
 }
 
 template <int kWidth>
@@ -236,31 +269,23 @@ void launch(const float* x, const float* weight, float* y, int rows, int cols) {
         constexpr int kRowsPerBlock = kRegisterBlock / 32;
         rmsnorm_in_registers<kWidth, 32>
             <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(x, weight, y, rows, cols);
+        CUDA_CHECK_LAUNCH();
     } else if (cols <= kRegisterBlock * kCachedFloats) {
         // Up to 4096 floats: a block per row, in registers (16 KB: several rows per SM).
         rmsnorm_in_registers<kWidth, kRegisterBlock>
             <<<rows, kRegisterBlock>>>(x, weight, y, rows, cols);
+        CUDA_CHECK_LAUNCH();
     } else {
-        // Longer: a block per row, staged in shared memory when it fits. A 50304-float row is
-        // 201 KB: one block per SM, whose 1024 threads keep 64 KB of loads in flight.
-        const auto kernel = rmsnorm_staged<kWidth>;
-        static const std::size_t stage_capacity = opt_in_stage_bytes(kernel);
-        const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
-        const bool staged = row_bytes <= stage_capacity;
-        kernel<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(x, weight, y, cols, staged);
+        launch_staged<kWidth>(x, weight, y, rows, cols);
     }
-    CUDA_CHECK_LAUNCH();
-}
-
-bool aligned_16(const void* p) {
-    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace
 
 void rmsnorm(const float* x, const float* weight, float* y, int rows, int cols) {
     // float4 needs every row start on a 16-byte boundary: cols % 4 == 0 and aligned pointers.
-    if (cols % 4 == 0 && aligned_16(x) && aligned_16(y) && aligned_16(weight))
+    if (cols % 4 == 0 && course::is_aligned(x, 16) && course::is_aligned(y, 16) &&
+        course::is_aligned(weight, 16))
         launch<4>(x, weight, y, rows, cols);
     else
         launch<1>(x, weight, y, rows, cols);

@@ -4,13 +4,13 @@
 // Teaches: giving a row to a group of threads so that loads are coalesced, reducing the group's
 // partial maxima and sums with warp shuffles and a small shared array, float4 loads where the
 // alignment allows them, and holding the row on chip (in registers, or in shared memory when it
-// is too long for registers) so that device memory reads each row exactly once.
+// is too long for registers: on Hopper the shared memory of a cluster of blocks) so that device
+// memory reads each row exactly once.
 //
 // Run:  grader run 06/softmax_block --solutions
 // Contract: softmax_block.h            Notes:  notes/06_softmax_norms.md
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 
 #include "course/exercise.h"
 #include "softmax_block.h"
@@ -19,8 +19,10 @@ namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpRowsBlock = 256;  // short rows: a warp per row, 8 rows per block of 256 threads
-constexpr int kStageThreads = 1024;  // rows held in shared memory: a block of 1024 threads per row
-constexpr int kLoadsInFlight = 8;    // ... whose threads load 8 vectors each at a time
+constexpr int kClusterBlock = 512;   // rows in shared memory on Hopper: a cluster of blocks of 512
+constexpr std::size_t kSliceBytes = 100 * 1024;  // ... each with up to 100 KB, 2 blocks per SM
+constexpr int kStageThreads = 1024;  // before Hopper: a block of 1024 threads per row
+constexpr int kLoadsInFlight = 4;    // ... whose threads load 4 vectors each at a time
 
 // What each pass does to one vector: a float, or a float4 holding 4 consecutive columns.
 __device__ float max_of(float v) { return v; }
@@ -133,57 +135,66 @@ __global__ void __launch_bounds__(kBlock) softmax_in_registers(const float* in, 
     }
 }
 
-// ---- Longer rows: a block per row, the row held in shared memory ----
+// ---- Longer rows: the row held in shared memory ----
 
-// With `staged`, the block's dynamic shared memory holds the whole row (a 50304-float row is
-// 201 KB, one block per SM on an H100): pass 1 parks each vector it loads there at the same
-// index, and passes 2 and 3 read it back from there. A thread reads back only the slots it wrote
-// itself, so the stage needs no barrier of its own. Without `staged` (a row larger than a block's
-// shared memory: more than 58048 floats on an H100, 41664 on an A100, any row too long for
-// registers on a T4), passes 2 and 3 read device memory again. Thread t walks vectors t,
-// t + 1024, ...: coalesced in every pass.
-template <class Vec>
-__global__ void __launch_bounds__(kStageThreads)
+// Launched in clusters (Hopper), the blocks of a cluster share one row: each stages the slice
+// course::cluster_slice gives it (a 50304-float row, 201 KB, takes 2 blocks of 100 KB; an SM holds
+// 2 such blocks of different rows, so one row's barriers hide behind the other's loads), and the
+// blocks merge their maxima and sums through distributed shared memory. Otherwise one block of
+// kStageThreads holds the whole row (one row per SM). With `staged`, pass 1 parks each vector it
+// loads in the block's dynamic shared memory and passes 2 and 3 read it back from there; a thread
+// reads back only the slots it wrote itself, so the stage needs no barrier of its own. Without
+// `staged` (a slice larger than a block's shared memory: more than 58048 floats on an H100 without
+// clusters, 41664 on an A100), passes 2 and 3 read device memory again. Thread t walks vectors
+// begin + t, begin + t + kBlock, ...: coalesced in every pass.
+template <class Vec, int kBlock>
+__global__ void __launch_bounds__(kBlock, kStageThreads / kBlock)
     softmax_in_shared(const float* in, float* out, int cols, bool staged) {
     extern __shared__ __align__(16) unsigned char stage_bytes[];
     __shared__ float max_partials[32], sum_partials[32];
-    const int row = blockIdx.x;  // the grid has exactly rows blocks
+    __shared__ float block_max, block_sum;  // read by the other blocks of a cluster
+    const unsigned slices = course::cluster_blocks();  // blocks per row: 1 without clusters
+    const int row = static_cast<int>(blockIdx.x / slices);  // the grid has rows * slices blocks
     constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
-    const int vecs = cols / kFloatsPerVec;
     const Vec* x = reinterpret_cast<const Vec*>(in + static_cast<std::size_t>(row) * cols);
     Vec* y = reinterpret_cast<Vec*>(out + static_cast<std::size_t>(row) * cols);
     Vec* stage = reinterpret_cast<Vec*>(stage_bytes);
+    // This block's vectors: shares rounded to 128 bytes (32 floats) so each starts on a line.
+    const course::Slice slice =
+        course::cluster_slice(cols / kFloatsPerVec, slices, course::cluster_rank(), 32 / kFloatsPerVec);
 
     // Pass 1, the read of device memory, in rounds of kLoadsInFlight vectors per thread: the
     // loads of a round are independent and each has its own guard, so all of them are in flight
-    // together, even in the last, partial round (128 KB per block per round with float4: a
-    // 50304-float row takes two rounds). Each vector is parked in the stage and folded into the
-    // maximum as it arrives.
+    // together, even in the last, partial round. Each vector is parked in the stage and folded
+    // into the maximum as it arrives.
     float thread_max = -INFINITY;
-    for (int first = threadIdx.x; first < vecs; first += kLoadsInFlight * kStageThreads) {
+    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
         Vec v[kLoadsInFlight];
 #pragma unroll
         for (int u = 0; u < kLoadsInFlight; ++u) {
-            const int k = first + u * kStageThreads;
-            if (k < vecs) v[u] = x[k];
+            const int k = first + u * kBlock;
+            if (k < slice.end) v[u] = x[k];
         }
 #pragma unroll
         for (int u = 0; u < kLoadsInFlight; ++u) {
-            const int k = first + u * kStageThreads;
-            if (k < vecs) {
-                if (staged) stage[k] = v[u];
+            const int k = first + u * kBlock;
+            if (k < slice.end) {
+                if (staged) stage[k - slice.begin] = v[u];
                 thread_max = fmaxf(thread_max, max_of(v[u]));
             }
         }
     }
-    const float row_max = row_reduce<kStageThreads>(thread_max, Max{}, -INFINITY, max_partials);
+    float row_max = row_reduce<kBlock>(thread_max, Max{}, -INFINITY, max_partials);
+    row_max = course::cluster_reduce(row_max, &block_max, Max{});  // the cluster's (course/cluster.h)
 
     // Pass 2, from the stage: the sum of exponentials.
     float thread_sum = 0.0f;
 #pragma unroll 4
-    for (int k = threadIdx.x; k < vecs; k += kStageThreads)
-        thread_sum += sum_of(exp_minus(staged ? stage[k] : x[k], row_max));
-    const float row_sum = row_reduce<kStageThreads>(thread_sum, Sum{}, 0.0f, sum_partials);
+    for (int k = slice.begin + threadIdx.x; k < slice.end; k += kBlock)
+        thread_sum += sum_of(exp_minus(staged ? stage[k - slice.begin] : x[k], row_max));
+    float row_sum = row_reduce<kBlock>(thread_sum, Sum{}, 0.0f, sum_partials);
+    row_sum = course::cluster_reduce(row_sum, &block_sum, Sum{});
+    course::cluster_arrive();  // done reading the other blocks' maxima and sums
 
     // Pass 3, from the stage: the exponentials again, and the write. (Storing them in pass 2
     // instead would not make pass 2 any shorter, and a stage that stays a copy of the input lets
@@ -191,23 +202,9 @@ __global__ void __launch_bounds__(kStageThreads)
     // Unstaged, this is the row's last read: __ldcs marks its lines evict-first.
     const float inv_sum = 1.0f / row_sum;
 #pragma unroll 4
-    for (int k = threadIdx.x; k < vecs; k += kStageThreads)
-        y[k] = times(exp_minus(staged ? stage[k] : __ldcs(x + k), row_max), inv_sum);
-}
-
-// Shared memory a block may use on this GPU beyond the kernel's static arrays (227 KB on an
-// H100, 163 KB on an A100, 99 KB on consumer Ampere/Ada, 64 KB on a T4), opted into once per
-// kernel: above 48 KB a kernel must ask for it explicitly.
-template <class Kernel>
-std::size_t opt_in_stage_bytes(Kernel kernel) {
-    int device = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    const int bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return static_cast<std::size_t>(bytes);
+    for (int k = slice.begin + threadIdx.x; k < slice.end; k += kBlock)
+        y[k] = times(exp_minus(staged ? stage[k - slice.begin] : __ldcs(x + k), row_max), inv_sum);
+    course::cluster_wait();  // the other blocks are done with our maximum and sum
 }
 
 // ---- Launchers: the row's length picks where it is kept ----
@@ -222,44 +219,58 @@ void launch_in_registers(const float* in, float* out, int rows, int cols) {
     CUDA_CHECK_LAUNCH();
 }
 
-// A block of 1024 threads per row, the row staged in shared memory when it fits.
+// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
 template <class Vec>
 void launch_in_shared(const float* in, float* out, int rows, int cols) {
-    const auto kernel = softmax_in_shared<Vec>;
-    static const std::size_t stage_capacity = opt_in_stage_bytes(kernel);
+    constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
     const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
-    const bool staged = row_bytes <= stage_capacity;
-    kernel<<<rows, kStageThreads, staged ? row_bytes : 0>>>(in, out, cols, staged);
+    const auto in_cluster = softmax_in_shared<Vec, kClusterBlock>;
+    static const bool clusters = course::clusters_available(in_cluster);
+    static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
+    const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
+    if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
+        // The first slice is the longest (at most kSliceBytes).
+        const course::Slice first =
+            course::cluster_slice(cols / kFloatsPerVec, slices, 0, 32 / kFloatsPerVec);
+        const std::size_t slice_bytes = (first.end - first.begin) * sizeof(Vec);
+        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, slice_bytes,
+                                   in, out, cols, slice_bytes <= cluster_capacity);
+        return;
+    }
+    const auto one_block = softmax_in_shared<Vec, kStageThreads>;
+    static const std::size_t capacity = course::opt_in_shared_bytes(one_block);
+    const bool staged = row_bytes <= capacity;
+    one_block<<<rows, kStageThreads, staged ? row_bytes : 0>>>(in, out, cols, staged);
     CUDA_CHECK_LAUNCH();
 }
 
 // Registers first: the 64K registers of an SM are 256 KB, more than its shared memory, and
 // several rows then share an SM, so one row's barriers hide behind another's loads. Each
 // configuration holds up to group * floats-per-thread columns: a warp with 4 or 32 floats per
-// lane (128, 1024), a block of 256 or 1024 threads with 16 floats each (4096, 16384). Shared
-// memory takes the rows registers cannot hold.
+// lane (128, 1024), a block of 256 threads with 16 floats each (4096). Shared memory takes the
+// longer rows: on Hopper split over a cluster of blocks; before it, a block of 1024 threads with
+// 16 floats each in registers first (16384, one row per SM), then one block's shared memory.
 template <class Vec>
 void launch_for_row_length(const float* in, float* out, int rows, int cols) {
+    static const bool clusters = course::clusters_available(softmax_in_shared<Vec, kClusterBlock>);
     if (cols <= 32 * 4)
         launch_in_registers<Vec, 4, 32, kWarpRowsBlock>(in, out, rows, cols);
     else if (cols <= 32 * 32)
         launch_in_registers<Vec, 32, 32, kWarpRowsBlock>(in, out, rows, cols);
     else if (cols <= 256 * 16)
         launch_in_registers<Vec, 16, 256, 256>(in, out, rows, cols);
-    else if (cols <= 1024 * 16)
+    else if (cols <= 1024 * 16 && !clusters)
         launch_in_registers<Vec, 16, 1024, 1024>(in, out, rows, cols);
     else
         launch_in_shared<Vec>(in, out, rows, cols);
 }
-
-bool aligned_16(const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
 void softmax_block(const float* in, float* out, int rows, int cols) {
     // float4 needs every row start on a 16-byte boundary: the base pointers must be, and a row
     // of cols floats must be a whole number of float4s.
-    if (cols % 4 == 0 && aligned_16(in) && aligned_16(out))
+    if (cols % 4 == 0 && course::is_aligned(in, 16) && course::is_aligned(out, 16))
         launch_for_row_length<float4>(in, out, rows, cols);
     else
         launch_for_row_length<float>(in, out, rows, cols);

@@ -10,7 +10,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 
 #include "course/exercise.h"
 #include "softmax_causal.h"
@@ -186,13 +185,11 @@ void launch(const float* scores, float* probs, int batch_heads, int T, float sca
     CUDA_CHECK_LAUNCH();
 }
 
-bool aligned_16(const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 void softmax_causal(const float* scores, float* probs, int batch_heads, int T, float scale) {
     // float4 needs every row start on a 16-byte boundary: aligned base pointers and T % 4 == 0.
-    if (T % 4 == 0 && aligned_16(scores) && aligned_16(probs))
+    if (T % 4 == 0 && course::is_aligned(scores, 16) && course::is_aligned(probs, 16))
         launch<float4>(scores, probs, batch_heads, T, scale);
     else
         launch<float>(scores, probs, batch_heads, T, scale);

@@ -3,15 +3,16 @@
 //
 // Teaches: the online normalizer (a running maximum m and a sum d of exp(x - m) that is rescaled
 // whenever m grows), the rule that merges two such partial results, and keeping the row on chip
-// (in shared memory) between the two passes, so that device memory reads each row only once.
-// The same (m, d) merge is the heart of flash attention in module 07.
+// (in registers, or in shared memory when it is long: on Hopper the shared memory of a cluster of
+// blocks) between the two passes, so that device memory reads each row only once. One merge of
+// (m, d) states per row, where softmax_block reduces twice (the maximum, then the sum). The same
+// (m, d) merge is the heart of flash attention in module 07.
 //
 // Run:  grader run 06/softmax_online --solutions
 // Contract: softmax_online.h           Notes:  notes/06_softmax_norms.md
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 
 #include "course/exercise.h"
 #include "softmax_online.h"
@@ -19,6 +20,11 @@
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarpRowsBlock = 256;  // short rows: a warp per row, 8 rows per block of 256 threads
+constexpr int kClusterBlock = 512;   // rows in shared memory on Hopper: a cluster of blocks of 512
+constexpr std::size_t kSliceBytes = 100 * 1024;  // ... each with up to 100 KB, 2 blocks per SM
+constexpr int kStageThreads = 1024;  // before Hopper: a block of 1024 threads per row
+constexpr int kLoadsInFlight = 4;    // ... whose threads load 4 vectors each at a time
 
 // A partial softmax over the values seen so far: max = the largest of them, sum = the sum of
 // exp(value - max) over them. "Nothing seen yet" is {-FLT_MAX, 0}, not {-inf, 0}: merging two
@@ -83,101 +89,171 @@ __device__ MaxSum group_merge(MaxSum s, float* max_partials, float* sum_partials
     }
 }
 
-// kGroup threads per row (32: a warp, 8 rows per block of 256; else the whole block, one row).
-// Vec is float4 when every row starts 16-byte aligned, else float. `staged`: the block's dynamic
-// shared memory holds the whole row, so pass 2 reads it there instead of from L2/device memory.
-template <class Vec, int kGroup, int kBlock>
+// ---- Rows held in registers: up to 1024 columns with a warp per row, 16384 with a block ----
+
+// kGroup threads per row: 32 (a warp; kBlock / 32 rows per block) or kBlock (the whole block).
+// Thread `member` of the group holds the row's vectors member, member + kGroup, ... in
+// cache[0..kVecsPerThread - 1] (coalesced at each j; fully unrolled loops keep each cache[j] in a
+// register, as in softmax_block). Vec is float4 when every row starts 16-byte aligned, else float.
+template <class Vec, int kVecsPerThread, int kGroup, int kBlock>
 __global__ void __launch_bounds__(kBlock)
-    softmax_online_kernel(const float* in, float* out, int rows, int cols, bool staged) {
-    extern __shared__ __align__(16) unsigned char stage_bytes[];
+    softmax_online_in_registers(const float* in, float* out, int rows, int cols) {
     __shared__ float max_partials[32], sum_partials[32];
     constexpr int kRowsPerBlock = kBlock / kGroup;
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kGroup;
-    const int lane = threadIdx.x % kGroup;
-    if (row >= rows) return;  // whole warps only (a group is at least a warp)
+    const int member = threadIdx.x % kGroup;
+    // Only whole warps leave (a group is at least a warp); a block group always has its row (the
+    // grid has exactly rows blocks then), so no thread skips the barrier.
+    if (row >= rows) return;
 
     constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
     const int vecs = cols / kFloatsPerVec;
     const Vec* x = reinterpret_cast<const Vec*>(in + static_cast<std::size_t>(row) * cols);
     Vec* y = reinterpret_cast<Vec*>(out + static_cast<std::size_t>(row) * cols);
-    Vec* stage = reinterpret_cast<Vec*>(stage_bytes);
 
-    // Pass 1: maximum and sum together. Each thread keeps its own (max, sum) over vectors lane,
-    // lane + kGroup, ... (coalesced, as in softmax_block) and parks each vector in shared memory.
-    // A thread later reads back exactly the slots it wrote, so the stage needs no barrier.
-    MaxSum state{-FLT_MAX, 0.0f};
-#pragma unroll 4
-    for (int k = lane; k < vecs; k += kGroup) {
-        const Vec v = x[k];
-        if (staged) stage[k] = v;
-        state = add(state, v);
+    // Pass 1, the only read of the row: all kVecsPerThread loads in flight at once, then the
+    // maximum and the sum together, one online update per vector.
+    Vec cache[kVecsPerThread];
+#pragma unroll
+    for (int j = 0; j < kVecsPerThread; ++j) {
+        const int k = member + j * kGroup;
+        if (k < vecs) cache[j] = x[k];
     }
+    MaxSum state{-FLT_MAX, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecsPerThread; ++j)
+        if (member + j * kGroup < vecs) state = add(state, cache[j]);
     state = group_merge<kGroup>(state, max_partials, sum_partials);
 
-    // Pass 2: write. The contract promises a finite entry, so state.max is finite and
-    // state.sum >= 1 (the maximum's own term is exp(0)). Unstaged rows are read a second time
-    // (from L1/L2 if still there) for the last time: __ldcs marks those lines evict-first.
+    // Pass 2, from the registers. The contract promises a finite entry, so state.max is finite
+    // and state.sum >= 1 (the maximum's own term is exp(0)).
+    const float inv_sum = 1.0f / state.sum;
+#pragma unroll
+    for (int j = 0; j < kVecsPerThread; ++j) {
+        const int k = member + j * kGroup;
+        if (k < vecs) y[k] = normalized(cache[j], state.max, inv_sum);
+    }
+}
+
+// ---- Longer rows: the row held in shared memory ----
+
+// Launched in clusters (Hopper), the blocks of a cluster share one row: each stages the slice
+// course::cluster_slice gives it (a 50304-float row, 201 KB, takes 2 blocks of 100 KB; an SM holds
+// 2 such blocks of different rows, so one row's merge hides behind the other's loads), and the
+// blocks merge their states through distributed shared memory. Otherwise one block of
+// kStageThreads holds the whole row (one row per SM). `staged`: pass 1 parks each vector in the
+// block's dynamic shared memory and pass 2 reads it back there (a thread reads back only the
+// slots it wrote, so the stage needs no barrier); without it (a slice larger than shared memory),
+// pass 2 reads the row a second time.
+template <class Vec, int kBlock>
+__global__ void __launch_bounds__(kBlock, kStageThreads / kBlock)
+    softmax_online_staged(const float* in, float* out, int cols, bool staged) {
+    extern __shared__ __align__(16) unsigned char stage_bytes[];
+    __shared__ float max_partials[32], sum_partials[32];
+    __shared__ MaxSum block_state;  // read by the other blocks of a cluster
+    const unsigned slices = course::cluster_blocks();  // blocks per row: 1 without clusters
+    const int row = static_cast<int>(blockIdx.x / slices);  // the grid has rows * slices blocks
+    constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
+    const Vec* x = reinterpret_cast<const Vec*>(in + static_cast<std::size_t>(row) * cols);
+    Vec* y = reinterpret_cast<Vec*>(out + static_cast<std::size_t>(row) * cols);
+    Vec* stage = reinterpret_cast<Vec*>(stage_bytes);
+    // This block's vectors: shares rounded to 128 bytes (32 floats) so each starts on a line.
+    const course::Slice slice =
+        course::cluster_slice(cols / kFloatsPerVec, slices, course::cluster_rank(), 32 / kFloatsPerVec);
+
+    // Pass 1: maximum and sum together, in rounds of kLoadsInFlight independent loads per thread,
+    // each vector parked in the stage.
+    MaxSum state{-FLT_MAX, 0.0f};
+    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
+        Vec v[kLoadsInFlight];
+#pragma unroll
+        for (int u = 0; u < kLoadsInFlight; ++u) {
+            const int k = first + u * kBlock;
+            if (k < slice.end) v[u] = x[k];
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadsInFlight; ++u) {
+            const int k = first + u * kBlock;
+            if (k < slice.end) {
+                if (staged) stage[k - slice.begin] = v[u];
+                state = add(state, v[u]);
+            }
+        }
+    }
+    state = group_merge<kBlock>(state, max_partials, sum_partials);
+    state = course::cluster_reduce(state, &block_state, [](MaxSum a, MaxSum b) { return merge(a, b); });
+    course::cluster_arrive();  // done reading the other blocks' states
+
+    // Pass 2: write. Unstaged rows are read a second time, for the last time: __ldcs marks those
+    // lines evict-first.
     const float inv_sum = 1.0f / state.sum;
 #pragma unroll 4
-    for (int k = lane; k < vecs; k += kGroup)
-        y[k] = normalized(staged ? stage[k] : __ldcs(x + k), state.max, inv_sum);
+    for (int k = slice.begin + threadIdx.x; k < slice.end; k += kBlock)
+        y[k] = normalized(staged ? stage[k - slice.begin] : __ldcs(x + k), state.max, inv_sum);
+    course::cluster_wait();  // the other blocks are done with our state
 }
 
-// Shared memory a block may use on this GPU beyond the kernel's static arrays (227 KB on an
-// H100, 163 KB on an A100, 64 KB on a T4), opted into once per kernel: above 48 KB a kernel
-// must ask for it explicitly.
-template <class Kernel>
-std::size_t opt_in_stage_bytes(Kernel kernel) {
-    int device = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    const int bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return static_cast<std::size_t>(bytes);
+// ---- Launchers: the row's length picks where it is kept ----
+
+// Rows of up to kGroup * kFloatsPerThread floats in registers, kGroup threads per row.
+template <class Vec, int kFloatsPerThread, int kGroup, int kBlock>
+void launch_in_registers(const float* in, float* out, int rows, int cols) {
+    constexpr int kVecsPerThread = kFloatsPerThread / (sizeof(Vec) / sizeof(float));
+    constexpr int kRowsPerBlock = kBlock / kGroup;
+    softmax_online_in_registers<Vec, kVecsPerThread, kGroup, kBlock>
+        <<<course::ceil_div(rows, kRowsPerBlock), kBlock>>>(in, out, rows, cols);
+    CUDA_CHECK_LAUNCH();
 }
 
-// Short rows: a warp per row, 8 rows per block. A row is at most 4 KB and its second read hits
-// L1, so there is nothing to stage.
+// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
 template <class Vec>
-void launch_warp_rows(const float* in, float* out, int rows, int cols) {
-    constexpr int kBlock = 256, kRowsPerBlock = kBlock / 32;
-    softmax_online_kernel<Vec, 32, kBlock><<<course::ceil_div(rows, kRowsPerBlock), kBlock>>>(in, out, rows, cols, false);
-    CUDA_CHECK_LAUNCH();
-}
-
-// Long rows: a block per row, the row staged in shared memory when it fits. For a 50304-float
-// row (201 KB) that is one block per SM; without the stage the second read would miss L2
-// (132 such rows in flight, plus the writes, are more than L2 holds) and cost ~15% of the
-// bandwidth.
-template <class Vec, int kThreads>
-void launch_block_rows(const float* in, float* out, int rows, int cols) {
-    const auto kernel = softmax_online_kernel<Vec, kThreads, kThreads>;
-    static const std::size_t stage_capacity = opt_in_stage_bytes(kernel);
+void launch_in_shared(const float* in, float* out, int rows, int cols) {
+    constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
     const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
-    const bool staged = row_bytes <= stage_capacity;
-    kernel<<<rows, kThreads, staged ? row_bytes : 0>>>(in, out, rows, cols, staged);
+    const auto in_cluster = softmax_online_staged<Vec, kClusterBlock>;
+    static const bool clusters = course::clusters_available(in_cluster);
+    static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
+    const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
+    if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
+        // The first slice is the longest (at most kSliceBytes).
+        const course::Slice first =
+            course::cluster_slice(cols / kFloatsPerVec, slices, 0, 32 / kFloatsPerVec);
+        const std::size_t slice_bytes = (first.end - first.begin) * sizeof(Vec);
+        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, slice_bytes,
+                                   in, out, cols, slice_bytes <= cluster_capacity);
+        return;
+    }
+    const auto one_block = softmax_online_staged<Vec, kStageThreads>;
+    static const std::size_t capacity = course::opt_in_shared_bytes(one_block);
+    const bool staged = row_bytes <= capacity;
+    one_block<<<rows, kStageThreads, staged ? row_bytes : 0>>>(in, out, cols, staged);
     CUDA_CHECK_LAUNCH();
 }
 
+// The same tiers as softmax_block: a warp with 4 or 32 floats per lane (128, 1024 columns), a
+// block of 256 threads with 16 floats each (4096), then shared memory: on Hopper split over a
+// cluster of blocks; before it, a block of 1024 threads with 16 floats each in registers first
+// (16384), then one block's shared memory.
 template <class Vec>
 void launch_for_row_length(const float* in, float* out, int rows, int cols) {
-    if (cols <= 1024)
-        launch_warp_rows<Vec>(in, out, rows, cols);
-    else if (cols <= 16384)
-        launch_block_rows<Vec, 512>(in, out, rows, cols);
+    static const bool clusters = course::clusters_available(softmax_online_staged<Vec, kClusterBlock>);
+    if (cols <= 32 * 4)
+        launch_in_registers<Vec, 4, 32, kWarpRowsBlock>(in, out, rows, cols);
+    else if (cols <= 32 * 32)
+        launch_in_registers<Vec, 32, 32, kWarpRowsBlock>(in, out, rows, cols);
+    else if (cols <= 256 * 16)
+        launch_in_registers<Vec, 16, 256, 256>(in, out, rows, cols);
+    else if (cols <= 1024 * 16 && !clusters)
+        launch_in_registers<Vec, 16, 1024, 1024>(in, out, rows, cols);
     else
-        launch_block_rows<Vec, 1024>(in, out, rows, cols);
+        launch_in_shared<Vec>(in, out, rows, cols);
 }
-
-bool aligned_16(const float* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
 void softmax_online(const float* in, float* out, int rows, int cols) {
     // float4 needs every row start on a 16-byte boundary (see softmax_block).
-    if (cols % 4 == 0 && aligned_16(in) && aligned_16(out))
+    if (cols % 4 == 0 && course::is_aligned(in, 16) && course::is_aligned(out, 16))
         launch_for_row_length<float4>(in, out, rows, cols);
     else
         launch_for_row_length<float>(in, out, rows, cols);

@@ -1,0 +1,71 @@
+// Launch helpers for exercises and solutions: the shared-memory opt-in, alignment, and thread
+// block clusters (Hopper, compute capability 9.0 and newer).
+//
+//   const std::size_t stage = course::opt_in_shared_bytes(my_kernel);     // once per kernel
+//   if (course::clusters_available(my_kernel))
+//       course::launch_in_clusters(my_kernel, grid, block, cluster, 0, args...);
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "course/check.h"
+
+namespace course {
+
+// True when p is a multiple of `bytes` (a float4 load needs 16).
+inline bool is_aligned(const void* p, std::size_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// Opts `kernel` into all the shared memory a block may have on this GPU (227 KB on an H100,
+// 163 KB on an A100, 99 KB on consumer Ampere and Ada, 64 KB on a T4) and returns how many bytes
+// of it are left for dynamic shared memory after the kernel's static arrays. Above 48 KB a
+// kernel must ask for it explicitly; asking once per kernel and process is enough.
+template <class Kernel>
+std::size_t opt_in_shared_bytes(Kernel kernel) {
+    int device = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    const int bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return static_cast<std::size_t>(bytes);
+}
+
+// Whether `kernel` can run in clusters here: the GPU launches them, and the kernel's machine code
+// was built for sm_90 or newer (code built for an older architecture, or JIT-compiled from its
+// PTX, sees every cluster as one block: see course/cluster.h).
+template <class Kernel>
+bool clusters_available(Kernel kernel) {
+    int device = 0, cluster_launch = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    return cluster_launch != 0 && attributes.binaryVersion >= 90;
+}
+
+// Launches `kernel` on `grid` blocks of `block` threads, in clusters of `cluster` consecutive
+// blocks (grid must be a multiple of cluster; up to 8 blocks is portable), on the default stream.
+template <class... Params, class... Args>
+void launch_in_clusters(void (*kernel)(Params...), unsigned grid, unsigned block,
+                        unsigned cluster, std::size_t shared_bytes, Args... args) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = cluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(block);
+    config.dynamicSmemBytes = shared_bytes;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+}  // namespace course
