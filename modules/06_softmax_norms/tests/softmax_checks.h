@@ -146,9 +146,12 @@ inline void check_softmax(Softmax softmax, const std::vector<float>& in, std::si
 // than a warp, not a multiple of 4), 32 and 33 (a warp, and one more), 1000, 1023 and 1024 (up
 // to the longest row a warp handles well), 4097 (long and odd), 32768 and 50304 (GPT-2's
 // vocabulary, padded to a multiple of 64; split over a cluster of blocks on Hopper), 50001 (long
-// and odd: the scalar path, uneven slices), 70001 (more than a cluster or shared memory holds). 37 rows: not a multiple of the rows a block holds.
+// and odd: the scalar path, uneven slices), 70001 (a cluster of three on Hopper, more than one
+// block's shared memory before it), 204803 (more than a cluster holds: read twice). 37 rows: not
+// a multiple of the rows a block holds.
 inline void edge_columns(Softmax softmax, course::Rng& rng) {
-    for (std::size_t cols : {1, 7, 31, 32, 33, 1000, 1023, 1024, 4097, 32768, 50304, 50001, 70001}) {
+    for (std::size_t cols :
+         {1, 7, 31, 32, 33, 1000, 1023, 1024, 4097, 32768, 50304, 50001, 70001, 204803}) {
         const std::size_t rows = cols <= 1024 ? 37 : 3;
         SCOPED_TRACE("rows = " + std::to_string(rows) + ", cols = " + std::to_string(cols));
         check_softmax(softmax, course::random_floats(rows * cols, -5.0f, 5.0f, rng), rows, cols);
