@@ -50,7 +50,8 @@ std::string diagnose(const std::vector<unsigned int>& got, const std::vector<std
     if (total != n)
         return "the counts add up to " + std::to_string(total) + ", but there are " +
                std::to_string(n) + " bytes: bytes were skipped or counted twice (the last n % 16 "
-               "bytes? the grid-stride loop? the merge of the block counts?)";
+               "bytes? the grid-stride loop? the merge of the block counts? a race: a shared "
+               "count bumped without atomicAdd, or read before the __syncthreads()?)";
     return "the counts add up to n, but bytes landed in the wrong bins: is every byte of a word "
            "taken with the right shift and mask?";
 }
