@@ -34,19 +34,25 @@ __global__ void vector_add_kernel(const float* __restrict__ a, const float* __re
     for (; i < n; i += stride) c[i] = a[i] + b[i];  // the thread's last 0 to 3 elements
 }
 
-void vector_add(const float* a, const float* b, float* c, std::size_t n) {
-    // 256 threads = 8 warps per block. The grid is one full wave, as many blocks as the GPU holds
-    // at once (8 per SM on an H100), or fewer when n needs fewer: every thread then loops over
-    // n / (grid threads) elements, and no block waits for a second wave. Device memory needs
-    // about 3 TB/s x 1 us = 3 MB in flight on an H100, 23 KB per SM: one float per thread from a
-    // and b is 16 KB per SM (2048 threads), four are 64 KB.
-    const int threads = 256;
+// Blocks of `threads` threads the whole GPU holds at once: SMs x resident blocks per SM.
+std::size_t blocks_per_wave(int threads) {
     int device = 0, sms = 0, blocks_per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, vector_add_kernel,
                                                              threads, 0));
-    const std::size_t wave = static_cast<std::size_t>(sms) * blocks_per_sm;
+    return static_cast<std::size_t>(sms) * blocks_per_sm;
+}
+
+void vector_add(const float* a, const float* b, float* c, std::size_t n) {
+    // 256 threads = 8 warps per block. The grid is one full wave, as many blocks as the GPU holds
+    // at once (8 per SM on an H100), or fewer when n needs fewer: every thread then loops over
+    // n / (grid threads) elements, and no block waits for a second wave. Device memory needs
+    // about 3 TB/s x 1 us = 3 MB in flight on an H100, 23 KB per SM: one float per thread from a
+    // and b is 16 KB per SM (2048 threads), four are 64 KB. The wave is asked for once: the
+    // queries take microseconds on the host, time the GPU would sit idle before every launch.
+    const int threads = 256;
+    static const std::size_t wave = blocks_per_wave(threads);
     const std::size_t blocks = std::min(course::ceil_div(n, threads), wave);
     vector_add_kernel<<<static_cast<unsigned>(blocks), threads>>>(a, b, c, n);
     CUDA_CHECK_LAUNCH();

@@ -205,13 +205,13 @@ void launch_in_registers(const float* in, float* out, int rows, int cols) {
     CUDA_CHECK_LAUNCH();
 }
 
-// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
+// A long row: in the shared memory of a cluster of blocks where `clusters` (Hopper), else of one
+// block.
 template <class Vec>
-void launch_in_shared(const float* in, float* out, int rows, int cols) {
+void launch_in_shared(const float* in, float* out, int rows, int cols, bool clusters) {
     constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
     const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
     const auto in_cluster = softmax_online_staged<Vec, kClusterBlock>;
-    static const bool clusters = course::clusters_available(in_cluster);
     static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
     const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
     if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
@@ -246,7 +246,7 @@ void launch_for_row_length(const float* in, float* out, int rows, int cols) {
     else if (cols <= 1024 * 16 && !clusters)
         launch_in_registers<Vec, 16, 1024, 1024>(in, out, rows, cols);
     else
-        launch_in_shared<Vec>(in, out, rows, cols);
+        launch_in_shared<Vec>(in, out, rows, cols, clusters);
 }
 
 }  // namespace

@@ -11,13 +11,13 @@
 
 #include "course/check.h"
 
-namespace course {
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define COURSE_CLUSTERS 1
 #else
 #define COURSE_CLUSTERS 0
 #endif
+
+namespace course {
 
 // Blocks in this block's cluster: 1 in a launch without clusters.
 __device__ inline unsigned cluster_blocks() {
