@@ -39,7 +39,9 @@ constexpr int kMinRegisterBlocksPerSm = 4;
 constexpr int kClusterBlock = 512;
 constexpr std::size_t kSliceBytes = 100 * 1024;  // 2 slices per SM in its 227 KB
 constexpr int kStagedBlock = 1024;
-constexpr int kLoadsInFlight = 4;
+// 8 loads of the row per thread before the first is used (4: 88.5% of the copy at 4096 x 50304
+// on an H100, 8: 88.9%; 2: 85.8%).
+constexpr int kLoadsInFlight = 8;
 // The write loads 3 packs per output pack (x from the stage, gamma, beta): 2 at a time keep the
 // kernel within 64 registers, where 4 spill over into fewer resident blocks.
 constexpr int kWritesInFlight = 2;
@@ -61,7 +63,10 @@ __device__ Welford welford_merge(Welford a, Welford b) {
     const float count = a.count + b.count;
     if (count == 0.0f) return a;  // both empty: a thread that had no columns
     const float delta = b.mean - a.mean;
-    const float b_share = b.count / count;
+    // __fdividef: two instructions where `/` makes an IEEE-exact division of about ten, and the
+    // merge runs once per float4 of the row (b_share is in [0, 1]; its 2-ulp error is harmless).
+    // Worth 1.5% of the copy bandwidth at 4096 x 50304.
+    const float b_share = __fdividef(b.count, count);
     return {count, a.mean + delta * b_share, a.m2 + b.m2 + delta * delta * a.count * b_share};
 }
 
@@ -101,6 +106,18 @@ __device__ void store_pack(float* p, const Pack<kWidth>& pack) {
         *reinterpret_cast<float4*>(p) = make_float4(pack.v[0], pack.v[1], pack.v[2], pack.v[3]);
     } else {
         *p = pack.v[0];
+    }
+}
+
+// A store of y for rows too long for registers: __stcs ("cache streaming") marks the lines
+// evict-first in L2, so that the freshly written y gives way before gamma and beta, which the next
+// rows read again (+0.3% of the copy bandwidth at 4096 x 50304).
+template <int kWidth>
+__device__ void store_pack_streaming(float* p, const Pack<kWidth>& pack) {
+    if constexpr (kWidth == 4) {
+        __stcs(reinterpret_cast<float4*>(p), make_float4(pack.v[0], pack.v[1], pack.v[2], pack.v[3]));
+    } else {
+        __stcs(p, pack.v[0]);
     }
 }
 
@@ -289,8 +306,8 @@ __global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
         for (int j = 0; j < kWritesInFlight; ++j) {
             const int p = first + kBlock * j;
             if (p < slice.end)
-                store_pack(y_row + p * kWidth,
-                           normalize(in[j], scale[j], shift[j], row_state.mean, row_rstd));
+                store_pack_streaming(y_row + p * kWidth,
+                                     normalize(in[j], scale[j], shift[j], row_state.mean, row_rstd));
         }
     }
     course::cluster_wait();  // the other blocks are done with our state
