@@ -307,9 +307,10 @@ __global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
 #pragma unroll
         for (int j = 0; j < kWritesInFlight; ++j) {
             const int p = first + kBlock * j;
-            if (p < slice.end)
-                store_pack_streaming(
-                    y_row + p * kWidth, normalize(in[j], scale[j], shift[j], row_state.mean, row_rstd));
+            if (p < slice.end) {
+                const Pack<kWidth> out = normalize(in[j], scale[j], shift[j], row_state.mean, row_rstd);
+                store_pack_streaming(y_row + p * kWidth, out);
+            }
         }
     }
     course::cluster_wait();  // the other blocks are done with our state
