@@ -308,7 +308,8 @@ __global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
         for (int j = 0; j < kWritesInFlight; ++j) {
             const int p = first + kBlock * j;
             if (p < slice.end) {
-                const Pack<kWidth> out = normalize(in[j], scale[j], shift[j], row_state.mean, row_rstd);
+                const Pack<kWidth> out =
+                    normalize(in[j], scale[j], shift[j], row_state.mean, row_rstd);
                 store_pack_streaming(y_row + p * kWidth, out);
             }
         }
