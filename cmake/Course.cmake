@@ -82,12 +82,18 @@ function(course_exercise)
   target_link_libraries(${base}.checker PRIVATE course::harness)
 
   foreach(variant IN LISTS COURSE_VARIANTS)
-    if(variant STREQUAL "learner")
+    if(variant STREQUAL "emulated")
+      # The solution and its checker built for the CPU emulator (dev/emu/Emulate.cmake).
+      course_emulated_exercise(MODULE ${EX_MODULE} ID ${EX_ID} FILE ${EX_FILE}
+                               CHECKER ${EX_CHECKER} MIN_SM ${EX_MIN_SM})
+      continue()
+    elseif(variant STREQUAL "learner")
       set(source "${module_dir}/${EX_FILE}")
     elseif(variant STREQUAL "solution")
       set(source "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
     else()
-      message(FATAL_ERROR "COURSE_VARIANTS: unknown variant '${variant}' (learner, solution)")
+      message(FATAL_ERROR
+              "COURSE_VARIANTS: unknown variant '${variant}' (learner, solution, emulated)")
     endif()
     set(target "${base}.${variant}")
     if(NOT EXISTS "${source}")

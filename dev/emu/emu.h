@@ -1,14 +1,20 @@
 // A CPU stand-in for the CUDA device features that the module-06 kernels use (dev/README.md).
-// Each GPU thread is a fiber (ucontext) with its own stack. The emulator runs one cluster of
-// blocks at a time, and its fibers take turns at the points where a GPU thread waits for others:
+// Each GPU thread is a fiber with its own stack. The emulator runs one cluster of blocks at a
+// time, and its fibers take turns (a ready queue) where a GPU thread waits for others:
 //  - block barriers;
 //  - warp shuffles, through per-warp slots between two warp barriers;
 //  - the split cluster barrier.
 // Each block has its own shared-memory arena. Distributed shared memory is the same offset in
 // another block's arena. Timing is not modelled.
-// Checks: a full-mask shuffle needs all 32 lanes alive; a barrier nobody can pass is a deadlock.
-// Both abort with a message.
+// Errors as CUDA reports them (shadow/cuda_runtime.h turns the codes into its names and
+// messages): a launch the GPU would refuse sets a launch error and runs nothing; a fault inside a
+// kernel ends the launch with a sticky error, "misaligned address" for a misaligned vector access
+// (a general-protection fault on x86) and "an illegal memory access" otherwise. What only the
+// emulator checks aborts with a message: a full-mask shuffle needs all 32 lanes alive, and a
+// barrier nobody can pass is a deadlock.
 #pragma once
+#include <setjmp.h>
+#include <signal.h>
 #include <ucontext.h>
 
 #include <cmath>
@@ -17,10 +23,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
-#include <tuple>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #define __global__
@@ -30,7 +37,11 @@
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 
-struct Dim3 { unsigned x = 1, y = 1, z = 1; };
+struct Dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    Dim3() = default;
+    Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
@@ -41,25 +52,39 @@ template <class T> T __ldcs(const T* p) { return *p; }
 template <class T> void __stcs(T* p, T v) { *p = v; }
 template <class T> T __ldg(const T* p) { return *p; }
 
-namespace emu {
+// The built-in indices: the scheduler sets them before it runs (or resumes) a thread.
+inline Dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-constexpr std::size_t kStaticShared = 64 * 1024;  // per block, before the dynamic part
-constexpr std::size_t kStackBytes = 64 * 1024;
+namespace emu {
 
 [[noreturn]] inline void fail(const char* message) {
     std::fprintf(stderr, "emu: %s\n", message);
     std::abort();
 }
 
-// A barrier for `expected` threads: the last to arrive opens the current generation.
+// cudaError_t codes, as the CUDA runtime numbers them.
+constexpr int kInvalidConfiguration = 9;
+constexpr int kIllegalAddress = 700;
+constexpr int kMisalignedAddress = 716;
+inline int launch_error = 0;  // cleared by cudaGetLastError
+inline int sticky_error = 0;  // a fault in a kernel: every later call fails, as on a GPU
+
+constexpr std::size_t kStaticShared = 64 * 1024;  // per block, before the dynamic part
+constexpr std::size_t kStackBytes = 32 * 1024;
+
+
+struct Fiber;
+
+// Threads wait at a barrier until the last expected one arrives and opens it. The expected
+// count is the threads still running: a thread that has returned no longer counts.
 struct Barrier {
-    unsigned count = 0, generation = 0;
+    unsigned count = 0;
+    std::vector<Fiber*> waiters;
 };
 struct Warp {
-    // One shuffle's values, one slot per lane.
-    std::uint64_t slots[32];
+    std::uint64_t slots[32];  // one shuffle's values, one per lane
     Barrier barrier;
-    unsigned live = 0;
+    unsigned live = 32;
 };
 struct Block {
     unsigned rank = 0;  // in its cluster
@@ -67,64 +92,82 @@ struct Block {
     unsigned char* arena = nullptr;
     std::size_t arena_bytes = 0;
     Barrier barrier;
-    unsigned live = 0;  // threads that have not returned: a barrier waits for these only
+    unsigned live = 0;
     std::vector<Warp> warps;
 };
 struct Cluster {
     std::vector<Block> blocks;
     std::map<const void*, std::size_t> layout;  // shared variable -> offset, same in every block
     std::size_t next_offset = 0;
+    // The split cluster barrier: arrive, then wait for the phase to end.
     Barrier barrier;
+    unsigned phase = 0;
     unsigned live = 0;
 };
 struct Fiber {
+    // A thread starts on its own stack through makecontext/swapcontext; after that, switches use
+    // _setjmp/_longjmp, which (unlike swapcontext) make no system call to save the signal mask.
     ucontext_t context;
-    std::unique_ptr<char[]> stack;
+    jmp_buf where;
+    bool started = false;
     Dim3 thread, block;
     Block* home = nullptr;
     Warp* warp = nullptr;
     unsigned lane = 0;
-    unsigned cluster_token = 0;
-    bool done = false;
+    unsigned arrived_in_phase = 0;  // the cluster phase of its last arrive
 };
 
 inline Fiber* current = nullptr;
 inline Cluster* current_cluster = nullptr;
-inline ucontext_t scheduler;
-inline Dim3 grid_dim, block_dim;
+inline jmp_buf scheduler_where;
 inline std::function<void()> body;
-inline unsigned long long progress = 0;
+inline std::deque<Fiber*> ready;  // threads that can run, in the order they became ready
+// A kernel launched with launch_sequential runs its threads one after another, without fibers
+// (fast, for the harness's own fill kernels); a barrier or shuffle there is an error.
+inline bool sequential = false;
 
-inline void yield() { swapcontext(&current->context, &scheduler); }
-
-// Arrive and wait until `expected` threads have arrived in this generation.
-inline void wait_at(Barrier& b, unsigned expected) {
-    const unsigned generation = b.generation;
-    ++progress;
-    if (++b.count == expected) {
-        b.count = 0;
-        ++b.generation;
-        return;
-    }
-    while (b.generation == generation) yield();
+inline void resume(Fiber& f) {
+    current = &f;
+    ::threadIdx = f.thread;
+    ::blockIdx = f.block;
 }
-inline void release_if_complete(Barrier& b, unsigned live) {
-    if (b.count > 0 && b.count == live) {
-        b.count = 0;
-        ++b.generation;
-    }
+
+// Parks the running thread on `b` until the barrier opens.
+inline void park(Barrier& b) {
+    if (sequential) fail("a barrier or shuffle in a kernel launched with launch_sequential");
+    b.waiters.push_back(current);
+    if (_setjmp(current->where) == 0) _longjmp(scheduler_where, 1);
+}
+
+inline void open(Barrier& b) {
+    b.count = 0;
+    for (Fiber* f : b.waiters) ready.push_back(f);
+    b.waiters.clear();
+}
+
+// Arrive at `b` and wait until the `expected` threads have arrived.
+inline void wait_at(Barrier& b, unsigned expected) {
+    if (++b.count == expected)
+        open(b);
+    else
+        park(b);
+}
+
+// A thread returned: barriers that were waiting only for it open.
+inline void open_if_complete(Barrier& b, unsigned live) {
+    if (b.count > 0 && b.count == live) open(b);
 }
 
 template <class T>
 T shuffle(unsigned mask, T value, unsigned source) {
+    static_assert(sizeof(T) <= 8);
     Warp& w = *current->warp;
     if (mask != 0xffffffffu || w.live != 32) fail("a shuffle without all 32 lanes");
-    static_assert(sizeof(T) <= 8);
     std::memcpy(&w.slots[current->lane], &value, sizeof(T));
-    wait_at(w.barrier, w.live);
+    wait_at(w.barrier, w.live);  // every lane has posted its value
     T out;
     std::memcpy(&out, &w.slots[source % 32], sizeof(T));
-    wait_at(w.barrier, w.live);
+    wait_at(w.barrier, w.live);  // every lane has read before the slots are reused
     return out;
 }
 
@@ -152,116 +195,190 @@ T* map_shared_rank(T* p, unsigned rank) {
     return reinterpret_cast<T*>(current_cluster->blocks.at(rank).arena + (bytes - mine.arena));
 }
 
+inline void end_cluster_phase(Cluster& c) {
+    ++c.phase;
+    open(c.barrier);
+}
 inline void cluster_arrive() {
     Cluster& c = *current_cluster;
-    current->cluster_token = c.barrier.generation;
-    ++progress;
-    if (++c.barrier.count == c.live) {
-        c.barrier.count = 0;
-        ++c.barrier.generation;
-    }
+    current->arrived_in_phase = c.phase;
+    if (++c.barrier.count == c.live) end_cluster_phase(c);
 }
 inline void cluster_wait() {
-    while (current_cluster->barrier.generation == current->cluster_token) yield();
+    if (current_cluster->phase == current->arrived_in_phase) park(current_cluster->barrier);
 }
 
-inline void trampoline() {
+[[noreturn]] inline void trampoline() {
     body();
     Fiber& f = *current;
-    f.done = true;
-    ++progress;
+    Cluster& c = *current_cluster;
     --f.warp->live;
     --f.home->live;
-    --current_cluster->live;
-    release_if_complete(f.warp->barrier, f.warp->live);
-    release_if_complete(f.home->barrier, f.home->live);
-    release_if_complete(current_cluster->barrier, current_cluster->live);
+    --c.live;
+    open_if_complete(f.warp->barrier, f.warp->live);
+    open_if_complete(f.home->barrier, f.home->live);
+    if (c.barrier.count > 0 && c.barrier.count == c.live) end_cluster_phase(c);
+    _longjmp(scheduler_where, 1);  // this thread's stack is never entered again
 }
 
-// Runs grid / cluster_size clusters one after another; in each, all threads as fibers.
-inline void run(unsigned grid, unsigned block_threads, unsigned cluster_size, std::size_t dynamic,
-                const std::function<void()>& kernel_call) {
-    // What a GPU would refuse (block sizes that are not whole warps are not modelled).
-    if (grid == 0 || grid % cluster_size != 0 || cluster_size > 8)
-        fail("launch: an empty grid, or one that is not whole clusters of up to 8 blocks");
-    if (block_threads == 0 || block_threads > 1024 || block_threads % 32 != 0)
-        fail("launch: a block of 0 or over 1024 threads, or not whole warps");
-    if (dynamic > 227 * 1024) fail("launch: more dynamic shared memory than an H100 has");
-    grid_dim = {grid, 1, 1};
-    block_dim = {block_threads, 1, 1};
+// A fault in a kernel leaves the launch through fault_exit, with its error.
+inline sigjmp_buf fault_exit;
+inline bool in_kernel = false;
+
+inline void on_fault(int signal_number, siginfo_t* info, void*) {
+    if (!in_kernel) {  // the host's own fault: die of it as usual
+        ::signal(signal_number, SIG_DFL);
+        ::raise(signal_number);
+        return;
+    }
+    sticky_error = signal_number == SIGBUS || (signal_number == SIGSEGV && info->si_code == SI_KERNEL)
+                       ? kMisalignedAddress
+                       : kIllegalAddress;
+    siglongjmp(fault_exit, 1);
+}
+
+inline void catch_faults() {
+    static bool installed = false;
+    if (installed) return;
+    installed = true;
+    static std::unique_ptr<char[]> handler_stack(new char[SIGSTKSZ * 4]);
+    stack_t stack{};
+    stack.ss_sp = handler_stack.get();
+    stack.ss_size = SIGSTKSZ * 4;
+    sigaltstack(&stack, nullptr);  // a fiber's stack may be what overflowed
+    struct sigaction action {};
+    action.sa_sigaction = on_fault;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &action, nullptr);
+    sigaction(SIGBUS, &action, nullptr);
+}
+
+inline unsigned volume(Dim3 d) { return d.x * d.y * d.z; }
+// The index of a linear position in a grid or block of shape d (x fastest, as CUDA numbers them).
+inline Dim3 unflatten(unsigned i, Dim3 d) { return {i % d.x, i / d.x % d.y, i / (d.x * d.y)}; }
+
+// Runs the grid's clusters (of cluster_size consecutive blocks along x) one after another; in
+// each, all threads as fibers (or, with `one_by_one`, each thread to its end in turn).
+inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynamic,
+                bool one_by_one, const std::function<void()>& kernel_call) {
+    const unsigned blocks = volume(grid), block_threads = volume(block);
+    if (sticky_error) return;
+    // What a GPU would refuse: nothing runs.
+    if (blocks == 0 || grid.x % cluster_size != 0 || cluster_size > 8 || block_threads == 0 ||
+        block_threads > 1024 || dynamic > 227 * 1024) {
+        launch_error = kInvalidConfiguration;
+        return;
+    }
+    if (block_threads % 32 != 0) fail("launch: blocks of a partial warp are not modelled");
+    catch_faults();
+    if (sigsetjmp(fault_exit, 1) != 0) {  // a thread faulted: the launch ends here
+        in_kernel = false;
+        ready.clear();
+        current = nullptr;
+        sequential = false;
+        return;
+    }
+    in_kernel = true;
+    ::gridDim = grid;
+    ::blockDim = block;
     body = kernel_call;
-    for (unsigned first = 0; first < grid; first += cluster_size) {
+    sequential = one_by_one;
+    const unsigned threads = cluster_size * block_threads;
+    // One stack per thread of a cluster, reused by every cluster and every launch.
+    static std::unique_ptr<char[]> stacks;
+    static std::size_t stacks_bytes = 0;
+    if (!one_by_one && stacks_bytes < threads * kStackBytes) {
+        stacks_bytes = threads * kStackBytes;
+        stacks.reset(new char[stacks_bytes]);
+    }
+    std::vector<std::unique_ptr<unsigned char[]>> arenas(cluster_size);
+    for (auto& arena : arenas) arena.reset(new unsigned char[kStaticShared + dynamic]);
+    std::vector<Fiber> fibers(threads);
+    for (unsigned first = 0; first < blocks; first += cluster_size) {
         Cluster cluster;
         cluster.blocks.resize(cluster_size);
-        std::vector<std::unique_ptr<unsigned char[]>> arenas;  // 16-byte aligned, as float4 needs
-        std::vector<Fiber> fibers(cluster_size * block_threads);
         for (unsigned b = 0; b < cluster_size; ++b) {
-            Block& block = cluster.blocks[b];
-            block.rank = b;
-            block.arena_bytes = kStaticShared + dynamic;
-            arenas.emplace_back(new unsigned char[block.arena_bytes]);
-            block.arena = arenas.back().get();
-            std::memset(block.arena, 0xff, block.arena_bytes);  // NaN garbage, as a GPU might have
-            block.live = block_threads;
-            block.warps.resize(block_threads / 32);
-            for (Warp& w : block.warps) w.live = 32;
+            Block& home = cluster.blocks[b];
+            home.rank = b;
+            home.arena_bytes = kStaticShared + dynamic;
+            home.arena = arenas[b].get();  // new[]: 16-byte aligned, as float4 needs
+            std::memset(home.arena, 0xff, home.arena_bytes);  // NaN garbage, as a GPU might have
+            home.live = block_threads;
+            home.warps.resize(block_threads / 32);
         }
-        cluster.live = cluster_size * block_threads;
+        cluster.live = threads;
         current_cluster = &cluster;
-        for (unsigned i = 0; i < fibers.size(); ++i) {
+        for (unsigned i = 0; i < threads; ++i) {
             Fiber& f = fibers[i];
             const unsigned b = i / block_threads, t = i % block_threads;
-            f.thread = {t, 0, 0};
-            f.block = {first + b, 0, 0};
+            f.thread = unflatten(t, block);
+            f.block = unflatten(first + b, grid);
             f.home = &cluster.blocks[b];
             f.warp = &cluster.blocks[b].warps[t / 32];
             f.lane = t % 32;
-            f.stack.reset(new char[kStackBytes]);
-            getcontext(&f.context);
-            f.context.uc_stack.ss_sp = f.stack.get();
-            f.context.uc_stack.ss_size = kStackBytes;
-            f.context.uc_link = &scheduler;
-            makecontext(&f.context, trampoline, 0);
-        }
-        for (;;) {
-            bool any = false;
-            const unsigned long long before = progress;
-            for (Fiber& f : fibers) {
-                if (f.done) continue;
-                any = true;
-                current = &f;
-                swapcontext(&scheduler, &f.context);
+            f.arrived_in_phase = 0;
+            f.started = false;
+            if (one_by_one) {
+                resume(f);
+                body();
+                continue;
             }
-            if (!any) break;
-            if (progress == before) fail("deadlock: no thread can pass its barrier");
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = stacks.get() + std::size_t(i) * kStackBytes;
+            f.context.uc_stack.ss_size = kStackBytes;
+            f.context.uc_link = nullptr;  // trampoline never returns
+            makecontext(&f.context, reinterpret_cast<void (*)()>(trampoline), 0);
+            ready.push_back(&f);
         }
+        while (!ready.empty()) {
+            Fiber* f = ready.front();
+            ready.pop_front();
+            resume(*f);
+            if (_setjmp(scheduler_where) != 0) continue;  // the thread parked or returned
+            if (!f->started) {
+                f->started = true;
+                setcontext(&f->context);  // enters trampoline; comes back by _longjmp
+            }
+            _longjmp(f->where, 1);
+        }
+        if (!one_by_one && cluster.live != 0)
+            fail("deadlock: threads wait at a barrier that cannot open");
     }
+    in_kernel = false;
     current = nullptr;
+    sequential = false;
 }
 
 template <class... Params>
 struct Launch {
     void (*kernel)(Params...);
-    unsigned grid, block, cluster;
+    Dim3 grid, block;
+    unsigned cluster;
     std::size_t dynamic;
+    bool one_by_one = false;
     template <class... Args>
     void operator()(Args... args) const {
         auto k = kernel;
         std::tuple<Params...> params{static_cast<Params>(args)...};
-        run(grid, block, cluster, dynamic, [k, params] { std::apply(k, params); });
+        run(grid, block, cluster, dynamic, one_by_one, [k, params] { std::apply(k, params); });
     }
 };
+
+// kernel<<<grid, block, bytes>>>(args), as translate.py writes it.
 template <class... Params, class G, class B>
 Launch<Params...> launch(void (*kernel)(Params...), G grid, B block, std::size_t dynamic = 0) {
-    return {kernel, static_cast<unsigned>(grid), static_cast<unsigned>(block), 1, dynamic};
+    return {kernel, Dim3(grid), Dim3(block), 1, dynamic};
+}
+// The same for kernels with no barrier or shuffle (translate.py --sequential).
+template <class... Params, class G, class B>
+Launch<Params...> launch_sequential(void (*kernel)(Params...), G grid, B block,
+                                    std::size_t dynamic = 0) {
+    return {kernel, Dim3(grid), Dim3(block), 1, dynamic, true};
 }
 
 }  // namespace emu
 
-#define threadIdx (::emu::current->thread)
-#define blockIdx (::emu::current->block)
-#define blockDim (::emu::block_dim)
-#define gridDim (::emu::grid_dim)
+
 inline void __syncthreads() { emu::wait_at(emu::current->home->barrier, emu::current->home->live); }
 template <class T> T __shfl_sync(unsigned m, T v, int src) { return emu::shuffle(m, v, src); }
 template <class T> T __shfl_xor_sync(unsigned m, T v, int offset) {

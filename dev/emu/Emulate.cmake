@@ -1,0 +1,68 @@
+# The emulated variant (COURSE_VARIANTS): each solution with its real checker, built with the
+# host compiler against the CUDA runtime of shadow/ (emu.h runs the kernels), as the target
+# <module>.<id>.emulated in bin/ and the CTest test of that name (label emulated). The checkers'
+# timing cases skip there: the emulated GPU reports 512 MB free. COURSE_EMULATED_MODULES names
+# the modules the emulator can run (not those whose kernels use inline PTX, cp.async, TMA or
+# tensor cores: dev/README.md).
+set(COURSE_EMULATED_MODULES 06_softmax_norms CACHE STRING
+    "Modules whose solutions run on the CPU emulator (the emulated variant)")
+
+find_package(Python3 3.10 REQUIRED COMPONENTS Interpreter)
+set(COURSE_EMU_DIR "${CMAKE_CURRENT_LIST_DIR}")
+
+# emu_translate(<variable> <file.cu> [SEQUENTIAL]): the translated .cpp (translate.py) of a CUDA
+# source, in the build tree; SEQUENTIAL for kernels without barriers (the harness's fills).
+function(emu_translate variable source)
+  cmake_parse_arguments(T "SEQUENTIAL" "" "" ${ARGN})
+  file(RELATIVE_PATH relative "${PROJECT_SOURCE_DIR}" "${source}")
+  string(MAKE_C_IDENTIFIER "${relative}" name)
+  set(output "${CMAKE_BINARY_DIR}/emulated/${name}.cpp")
+  set(mode "")
+  if(T_SEQUENTIAL)
+    set(mode --sequential)
+  endif()
+  add_custom_command(OUTPUT "${output}"
+    COMMAND Python3::Interpreter "${COURSE_EMU_DIR}/translate.py" ${mode} "${source}" "${output}"
+    DEPENDS "${source}" "${COURSE_EMU_DIR}/translate.py"
+    COMMENT "emu: translating ${relative}")
+  set(${variable} "${output}" PARENT_SCOPE)
+endfunction()
+
+# What every emulated target compiles with: the shadow CUDA headers ahead of everything, device
+# code compiled as for Hopper (course/cluster.h then uses clusters, which the emulator has).
+function(emu_compile_as_device target)
+  target_include_directories(${target} BEFORE PRIVATE "${COURSE_EMU_DIR}/shadow" "${COURSE_EMU_DIR}")
+  target_compile_definitions(${target} PRIVATE __CUDA_ARCH__=900)
+  target_compile_options(${target} PRIVATE -Wno-unknown-pragmas)
+endfunction()
+
+emu_translate(buffer "${PROJECT_SOURCE_DIR}/common/src/buffer.cu" SEQUENTIAL)
+emu_translate(bench "${PROJECT_SOURCE_DIR}/common/src/bench.cu" SEQUENTIAL)
+emu_translate(gpu "${PROJECT_SOURCE_DIR}/common/src/gpu.cu" SEQUENTIAL)
+add_library(course_emu_harness STATIC ${buffer} ${bench} ${gpu}
+            "${PROJECT_SOURCE_DIR}/common/src/main.cpp" "${COURSE_EMU_DIR}/baselines_unavailable.cpp")
+emu_compile_as_device(course_emu_harness)
+target_link_libraries(course_emu_harness PUBLIC course_harness_host GTest::gtest)
+
+# One exercise, called by course_exercise for the emulated variant.
+function(course_emulated_exercise)
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM" "" ${ARGN})
+  if(NOT EX_MODULE IN_LIST COURSE_EMULATED_MODULES)
+    return()
+  endif()
+  set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
+  emu_translate(checker_source "${module_dir}/${EX_CHECKER}")
+  emu_translate(solution_source "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
+  set(target "${EX_MODULE}.${EX_ID}.emulated")
+  add_executable(${target} ${checker_source} ${solution_source})
+  emu_compile_as_device(${target})
+  # The translated files live in the build tree: their quoted includes need the originals' folders.
+  get_filename_component(checker_dir "${module_dir}/${EX_CHECKER}" DIRECTORY)
+  target_include_directories(${target} PRIVATE "${module_dir}" "${checker_dir}"
+                                               "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}")
+  target_compile_definitions(${target} PRIVATE COURSE_MIN_SM=${EX_MIN_SM})
+  target_link_libraries(${target} PRIVATE course_emu_harness)
+  set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
+  add_test(NAME ${target} COMMAND ${target} --gtest_color=no)
+  set_tests_properties(${target} PROPERTIES LABELS "${EX_MODULE};emulated" TIMEOUT 900)
+endfunction()
