@@ -8,9 +8,9 @@ from typing import Callable
 from grader.course import Course
 from grader.errors import UserError
 from grader.manifest import Exercise
-from grader.results import LEARNER, SOLUTION
+from grader.results import EMULATED, LEARNER, SOLUTION
 
-TREES = {LEARNER: "build/learner", SOLUTION: "build/solutions"}
+TREES = {LEARNER: "build/learner", SOLUTION: "build/solutions", EMULATED: "build/emulated"}
 CONFIGURE_LOG = "grader-configure.log"
 MAX_ERROR_LINES = 5
 # An exercise may not call what it is measured against (CONTRIBUTING.md, "Build layout").
@@ -72,6 +72,15 @@ def configure(tree: BuildTree, log: Log) -> None:
         raise UserError("nvcc (the CUDA compiler) was not found: install the CUDA toolkit, or set "
                         "CUDACXX to nvcc, or add the toolkit's bin folder to PATH")
     raise UserError(f"cmake could not configure {relative}: see {relative}/{CONFIGURE_LOG}")
+
+
+def emulated_modules(tree: BuildTree) -> set[str] | None:
+    """The modules a configured emulated tree builds (COURSE_EMULATED_MODULES, dev/emu); None
+    when the course sets no such list (then every module is built)."""
+    cache = tree.path / "CMakeCache.txt"
+    found = re.search(r"^COURSE_EMULATED_MODULES:\w+=(.*)$", cache.read_text(encoding="utf-8"),
+                      re.M) if cache.is_file() else None
+    return set(found[1].split(";")) if found else None
 
 
 def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailure]:

@@ -14,7 +14,7 @@ from grader.mutants import read_mutants, run_mutants
 from grader.progress import update_learner_files
 from grader.report import (make_console, print_exercise_list, print_json, print_mutants,
                            print_results)
-from grader.results import LEARNER, SOLUTION
+from grader.results import EMULATED, LEARNER, SOLUTION
 from grader.state import load_results, record_results
 from grader.tools import gpu_visible, require_build_tools
 
@@ -57,13 +57,16 @@ def list_command(root_option: Path | None) -> None:
 @click.argument("selector")
 @click.option("--solutions", is_flag=True,
               help="Grade the reference solutions (built in build/solutions) instead of your code.")
+@click.option("--emulate", is_flag=True,
+              help="Grade the reference solutions on the CPU emulator (dev/emu, built in "
+                   "build/emulated): correctness only, no GPU needed, for the modules it runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON, not a table.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S",
               help="Seconds each checker may run (default: the manifest's timeout_s).")
 @click.option("--verbose", is_flag=True,
               help="Also print the full output of each build or checker that did not pass.")
 @click.pass_obj
-def run(root_option: Path | None, selector: str, solutions: bool, as_json: bool,
+def run(root_option: Path | None, selector: str, solutions: bool, emulate: bool, as_json: bool,
         timeout: float | None, verbose: bool) -> None:
     """Build and grade SELECTOR: all, a module (01, 01_basics) or an exercise (01/vector_add).
 
@@ -72,9 +75,9 @@ def run(root_option: Path | None, selector: str, solutions: bool, as_json: bool,
     course = _course(root_option)
     exercises = select(course, selector)
     require_build_tools()
-    if not gpu_visible():
+    if not gpu_visible() and not emulate:
         _log(NO_GPU_NOTE)
-    variant = SOLUTION if solutions else LEARNER
+    variant = EMULATED if emulate else SOLUTION if solutions else LEARNER
     results = grade(BuildTree.standard(course, variant), exercises, _log, timeout)
     if as_json:
         print_json(results)
@@ -126,8 +129,12 @@ def _print_hint(texts: tuple[str, ...], tier: int) -> None:
 @click.option("--mutants", "with_mutants", is_flag=True,
               help="Also build the planted bugs of solutions/*/mutants.toml and check that the "
                    "checkers catch each one (needs a GPU).")
+@click.option("--emulate", is_flag=True,
+              help="With --mutants: run the planted bugs on the CPU emulator (dev/emu), no GPU "
+                   "needed; only for the modules it runs (COURSE_EMULATED_MODULES).")
 @click.pass_obj
-def check(root_option: Path | None, selector: str, no_build: bool, with_mutants: bool) -> None:
+def check(root_option: Path | None, selector: str, no_build: bool, with_mutants: bool,
+          emulate: bool) -> None:
     """Check the course itself (SELECTOR as for run, default all).
 
     Manifests, files and stub markers; then builds every learner and solution target and, on a
@@ -135,9 +142,11 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
     """
     root = _root(root_option)
     gpu = gpu_visible()
-    if with_mutants and not gpu:
+    if emulate and not with_mutants:
+        raise UserError("--emulate goes with --mutants")
+    if with_mutants and not gpu and not emulate:
         raise UserError("--mutants needs a GPU: a planted bug is caught by running its checker, "
-                        "and nvidia-smi sees no GPU here")
+                        "and nvidia-smi sees no GPU here (--emulate runs it on the CPU emulator)")
     course, exercises, problems = static_problems(root, selector)
     if not no_build or with_mutants:
         require_build_tools()
@@ -146,7 +155,7 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
             _log("note: no NVIDIA GPU visible (nvidia-smi): building only, no checker is run")
         problems += build_problems(course, exercises, _log, run_checkers=gpu)
     if with_mutants:
-        problems += _mutant_problems(course, exercises)
+        problems += _mutant_problems(course, exercises, EMULATED if emulate else SOLUTION)
     for problem in problems:
         click.echo(problem)
     if problems:
@@ -155,10 +164,10 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
     click.echo(f"course OK: {_count(len(exercises), 'exercise')} checked")
 
 
-def _mutant_problems(course: Course, exercises: list[Exercise]) -> list[str]:
+def _mutant_problems(course: Course, exercises: list[Exercise], variant: str) -> list[str]:
     """Runs the planted bugs of `exercises`, prints their table, returns what went wrong."""
     mutants, problems = read_mutants(course, exercises)
-    outcomes = run_mutants(course, mutants, _log)
+    outcomes = run_mutants(course, mutants, _log, variant)
     print_mutants(make_console(), outcomes)
     return problems + [f"mutant {outcome.name} not caught: expected {outcome.expected}, "
                        f"got {outcome.got}" for outcome in outcomes if not outcome.ok]

@@ -1,8 +1,8 @@
 """Grading a selection: configure once, refuse forbidden stubs, build, run each checker."""
-from grader.build import BuildTree, Log, build, configure, forbidden_includes
+from grader.build import BuildTree, Log, build, configure, emulated_modules, forbidden_includes
 from grader.classify import classify
 from grader.manifest import Exercise
-from grader.results import BUILD_ERROR, LEARNER, Outcome, Result
+from grader.results import BUILD_ERROR, EMULATED, LEARNER, SKIPPED, Outcome, Result
 from grader.runner import run_checker
 
 
@@ -19,6 +19,8 @@ def build_exercises(tree: BuildTree, exercises: list[Exercise],
     """Configures and builds; returns the exercises that did not build (or were refused)."""
     configure(tree, log)
     not_built = _refused(tree, exercises) if tree.variant == LEARNER else {}
+    if tree.variant == EMULATED:
+        not_built = _not_emulated(tree, exercises)
     failures = build(tree, [tree.target(exercise) for exercise in exercises
                             if exercise not in not_built], log)
     for exercise in exercises:
@@ -39,6 +41,15 @@ def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outco
                 f"refused: {tree.course.relative(stub)} includes <{headers[0]}>; an exercise may "
                 "not call the library it is measured against"])
     return refused
+
+
+def _not_emulated(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
+    """The exercises of modules that the CPU emulator does not run, skipped unbuilt."""
+    modules = emulated_modules(tree)
+    return {exercise: Outcome(SKIPPED, [
+                f"not emulated: the CPU emulator runs {', '.join(sorted(modules)) or 'no module'} "
+                "(COURSE_EMULATED_MODULES in dev/emu/Emulate.cmake)"])
+            for exercise in exercises if modules is not None and exercise.module not in modules}
 
 
 def _not_run_result(tree: BuildTree, exercise: Exercise, outcome: Outcome) -> Result:

@@ -5,14 +5,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.build import BuildTree, Log
+from grader.build import BuildTree, Log, configure, emulated_modules
 from grader.course import Course
 from grader.grading import grade
 from grader.manifest import Exercise, tomllib
-from grader.results import CRASH, FAIL, SOLUTION
+from grader.results import CRASH, EMULATED, FAIL, SOLUTION
 
 MUTANTS_FILE = "mutants.toml"
-MUTANTS_TREE = "build/mutants"
+MUTANTS_TREES = {SOLUTION: "build/mutants", EMULATED: "build/mutants-emulated"}
 EXPECTABLE = (FAIL, CRASH)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
 LOCATION = re.compile(r"^\S+:\d+$")
@@ -107,15 +107,25 @@ def mutated(path: Path, mutant: Mutant):
         path.write_text(original, encoding="utf-8")
 
 
-def run_mutants(course: Course, mutants: list[Mutant], log: Log) -> list[MutantOutcome]:
-    """Builds each mutant from a scratch copy of solutions/ and checks that it is caught."""
-    sources = course.root / MUTANTS_TREE / "src"
+def run_mutants(course: Course, mutants: list[Mutant], log: Log,
+                variant: str = SOLUTION) -> list[MutantOutcome]:
+    """Builds each mutant from a scratch copy of solutions/ and checks that it is caught, on the
+    GPU (`variant` SOLUTION) or on the CPU emulator (EMULATED)."""
+    sources = course.root / MUTANTS_TREES[variant] / "src"
     shutil.rmtree(sources, ignore_errors=True)
     # Fresh modification times (shutil.copy, not copy2): ninja must never take a copy for older
     # than a binary built from an earlier mutant.
     shutil.copytree(course.root / "solutions", sources, copy_function=shutil.copy)
-    tree = BuildTree(course, SOLUTION, course.root / MUTANTS_TREE,
+    tree = BuildTree(course, variant, course.root / MUTANTS_TREES[variant],
                      defines=(f"-DCOURSE_SOLUTIONS_DIR={sources}",))
+    if variant == EMULATED:
+        configure(tree, log)
+        modules = emulated_modules(tree)
+        skipped = sorted({mutant.exercise.module for mutant in mutants
+                          if modules is not None and mutant.exercise.module not in modules})
+        if skipped:
+            log(f"not emulated, so their planted bugs are not run: {', '.join(skipped)}")
+        mutants = [mutant for mutant in mutants if mutant.exercise.module not in skipped]
     return [_run_one(tree, sources, mutant, log) for mutant in mutants]
 
 

@@ -14,6 +14,7 @@ STATUSES = (PASS, FAIL, TODO, BUILD_ERROR, CRASH, TIMEOUT, SKIPPED)
 
 LEARNER = "learner"
 SOLUTION = "solution"
+EMULATED = "emulated"  # the solution on the CPU emulator (dev/emu): no GPU needed
 
 
 @dataclass(frozen=True)

@@ -98,4 +98,11 @@ def test_mutants_need_a_gpu(course, no_gpu):
     result = invoke(course, "check", "--mutants")
     assert result.exit_code == 2
     assert result.stderr == ("Error: --mutants needs a GPU: a planted bug is caught by running "
-                             "its checker, and nvidia-smi sees no GPU here\n")
+                             "its checker, and nvidia-smi sees no GPU here (--emulate runs it on "
+                             "the CPU emulator)\n")
+
+
+def test_emulate_goes_with_mutants(course):
+    result = invoke(course, "check", "--emulate")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --emulate goes with --mutants\n"

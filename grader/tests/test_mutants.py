@@ -125,3 +125,15 @@ def test_a_mutants_run_catches_planted_bugs_and_reports_the_rest(course, gpu):
     # The real solutions are never touched; the scratch copy is restored after each mutant.
     assert solution.read_text() == original
     assert (course / "build/mutants/src/01_fixture/mismatch.cpp").read_text() == original
+
+
+def test_without_a_gpu_the_emulator_runs_the_planted_bugs(course, no_gpu):
+    # The fixture builds its plain C++ solution for any variant but learner, so the emulated
+    # variant runs here as it would on the CPU emulator: in its own tree, no GPU asked for.
+    (course / "solutions/01_fixture/mutants.toml").write_text(MUTANTS)
+    result = invoke(course, "check", "--no-build", "--mutants", "--emulate")
+    assert result.exit_code == 1
+    assert [line.split()[-1] for line in result.stdout.splitlines()
+            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO"]
+    assert (course / "build/mutants-emulated/bin/01_fixture.mismatch.emulated").is_file()
+    assert not (course / "build/mutants").exists()

@@ -4,7 +4,11 @@ import re
 
 import pytest
 
+from grader.build import BuildTree
+from grader.course import load_course
+from grader.grading import grade
 from grader.progress import STATUS_MARKERS
+from grader.results import EMULATED
 from grader.tests.conftest import SKIP_REASON, invoke
 
 # exercise: (status, a line of its detail)
@@ -176,3 +180,23 @@ def test_list_shows_the_last_learner_status(built_course):
     listing = invoke(built_course.root, "list").stdout
     assert re.search(r"^\s+todo\s+An untouched stub\s+todo\s+\d{4}-\d\d-\d\d\s*$", listing, re.M)
     assert listing.index("passes") < listing.index("no_gpu")
+
+
+def test_emulate_grades_the_solutions_in_their_own_tree_without_the_gpu_note(course, no_gpu):
+    # The fixture builds its plain C++ solution for any variant but learner, so the emulated
+    # variant grades as the solutions do, in build/emulated.
+    result = invoke(course, "run", "01/passes", "--emulate")
+    assert result.exit_code == 0, result.stdout
+    assert rows(result.stdout)["passes"][0][1] == "pass"
+    assert "no NVIDIA GPU visible" not in result.stderr
+    assert (course / "build/emulated/bin/01_fixture.passes.emulated").is_file()
+
+
+def test_modules_the_emulator_does_not_run_are_skipped_with_the_reason(course):
+    tree = BuildTree(load_course(course), EMULATED, course / "build/emulated",
+                     defines=("-DCOURSE_EMULATED_MODULES=06_softmax_norms",))
+    [result] = grade(tree, [load_course(course).exercises[0]], log=lambda line: None)
+    assert result.outcome.status == "skipped"
+    assert result.outcome.detail == [
+        "not emulated: the CPU emulator runs 06_softmax_norms (COURSE_EMULATED_MODULES in "
+        "dev/emu/Emulate.cmake)"]
