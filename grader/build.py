@@ -83,6 +83,13 @@ def emulated_modules(tree: BuildTree) -> set[str] | None:
     return set(found[1].split(";")) if found else None
 
 
+def not_emulated(tree: BuildTree, exercises: list[Exercise]) -> list[Exercise]:
+    """The exercises a configured emulated tree has no target for."""
+    modules = emulated_modules(tree)
+    return [exercise for exercise in exercises
+            if modules is not None and exercise.module not in modules]
+
+
 def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailure]:
     """Builds `targets` in one ninja run shown live; returns the ones that failed, with errors."""
     if not targets or _run_streamed(["ninja", "-C", str(tree.path), "-k", "0", *targets], log) == 0:

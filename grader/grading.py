@@ -1,5 +1,6 @@
 """Grading a selection: configure once, refuse forbidden stubs, build, run each checker."""
-from grader.build import BuildTree, Log, build, configure, emulated_modules, forbidden_includes
+from grader.build import (BuildTree, Log, build, configure, emulated_modules, forbidden_includes,
+                          not_emulated)
 from grader.classify import classify
 from grader.manifest import Exercise
 from grader.results import BUILD_ERROR, EMULATED, LEARNER, SKIPPED, Outcome, Result
@@ -45,11 +46,9 @@ def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outco
 
 def _not_emulated(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
     """The exercises of modules that the CPU emulator does not run, skipped unbuilt."""
-    modules = emulated_modules(tree)
-    return {exercise: Outcome(SKIPPED, [
-                f"not emulated: the CPU emulator runs {', '.join(sorted(modules)) or 'no module'} "
-                "(COURSE_EMULATED_MODULES in dev/emu/Emulate.cmake)"])
-            for exercise in exercises if modules is not None and exercise.module not in modules}
+    reason = (f"not emulated: the CPU emulator runs {', '.join(sorted(emulated_modules(tree) or []))}"
+              " (COURSE_EMULATED_MODULES in dev/emu/Emulate.cmake)")
+    return {exercise: Outcome(SKIPPED, [reason]) for exercise in not_emulated(tree, exercises)}
 
 
 def _not_run_result(tree: BuildTree, exercise: Exercise, outcome: Outcome) -> Result:

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.build import BuildTree, Log, configure, emulated_modules
+from grader.build import BuildTree, Log, configure, not_emulated
 from grader.course import Course
 from grader.grading import grade
 from grader.manifest import Exercise, tomllib
@@ -120,12 +120,11 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
                      defines=(f"-DCOURSE_SOLUTIONS_DIR={sources}",))
     if variant == EMULATED:
         configure(tree, log)
-        modules = emulated_modules(tree)
-        skipped = sorted({mutant.exercise.module for mutant in mutants
-                          if modules is not None and mutant.exercise.module not in modules})
+        skipped = not_emulated(tree, [mutant.exercise for mutant in mutants])
         if skipped:
-            log(f"not emulated, so their planted bugs are not run: {', '.join(skipped)}")
-        mutants = [mutant for mutant in mutants if mutant.exercise.module not in skipped]
+            modules = sorted({exercise.module for exercise in skipped})
+            log(f"not emulated, so their planted bugs are not run: {', '.join(modules)}")
+        mutants = [mutant for mutant in mutants if mutant.exercise not in skipped]
     return [_run_one(tree, sources, mutant, log) for mutant in mutants]
 
 
