@@ -72,7 +72,6 @@ inline int sticky_error = 0;  // a fault in a kernel: every later call fails, as
 constexpr std::size_t kStaticShared = 64 * 1024;  // per block, before the dynamic part
 constexpr std::size_t kStackBytes = 32 * 1024;
 
-
 struct Fiber;
 
 // Threads wait at a barrier until the last expected one arrives and opens it. The expected
@@ -105,8 +104,9 @@ struct Cluster {
     unsigned live = 0;
 };
 struct Fiber {
-    // A thread starts on its own stack through makecontext/swapcontext; after that, switches use
-    // _setjmp/_longjmp, which (unlike swapcontext) make no system call to save the signal mask.
+    // A thread enters its own stack once through makecontext/setcontext; after that, switches
+    // use _setjmp/_longjmp, which (unlike the ucontext calls) make no system call for the
+    // signal mask.
     ucontext_t context;
     jmp_buf where;
     bool started = false;
@@ -195,14 +195,17 @@ T* map_shared_rank(T* p, unsigned rank) {
     return reinterpret_cast<T*>(current_cluster->blocks.at(rank).arena + (bytes - mine.arena));
 }
 
-inline void end_cluster_phase(Cluster& c) {
+// The phase ends when every running thread of the cluster has arrived.
+inline void end_phase_if_complete(Cluster& c) {
+    if (c.barrier.count == 0 || c.barrier.count != c.live) return;
     ++c.phase;
     open(c.barrier);
 }
 inline void cluster_arrive() {
     Cluster& c = *current_cluster;
     current->arrived_in_phase = c.phase;
-    if (++c.barrier.count == c.live) end_cluster_phase(c);
+    ++c.barrier.count;
+    end_phase_if_complete(c);
 }
 inline void cluster_wait() {
     if (current_cluster->phase == current->arrived_in_phase) park(current_cluster->barrier);
@@ -217,7 +220,7 @@ inline void cluster_wait() {
     --c.live;
     open_if_complete(f.warp->barrier, f.warp->live);
     open_if_complete(f.home->barrier, f.home->live);
-    if (c.barrier.count > 0 && c.barrier.count == c.live) end_cluster_phase(c);
+    end_phase_if_complete(c);
     _longjmp(scheduler_where, 1);  // this thread's stack is never entered again
 }
 
@@ -270,12 +273,15 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
         return;
     }
     if (block_threads % 32 != 0) fail("launch: blocks of a partial warp are not modelled");
-    catch_faults();
-    if (sigsetjmp(fault_exit, 1) != 0) {  // a thread faulted: the launch ends here
+    const auto end_launch = [] {
         in_kernel = false;
         ready.clear();
         current = nullptr;
         sequential = false;
+    };
+    catch_faults();
+    if (sigsetjmp(fault_exit, 1) != 0) {  // a thread faulted: the launch ends here
+        end_launch();
         return;
     }
     in_kernel = true;
@@ -344,9 +350,7 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
         if (!one_by_one && cluster.live != 0)
             fail("deadlock: threads wait at a barrier that cannot open");
     }
-    in_kernel = false;
-    current = nullptr;
-    sequential = false;
+    end_launch();
 }
 
 template <class... Params>
@@ -377,7 +381,6 @@ Launch<Params...> launch_sequential(void (*kernel)(Params...), G grid, B block,
 }
 
 }  // namespace emu
-
 
 inline void __syncthreads() { emu::wait_at(emu::current->home->barrier, emu::current->home->live); }
 template <class T> T __shfl_sync(unsigned m, T v, int src) { return emu::shuffle(m, v, src); }
