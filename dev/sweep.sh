@@ -67,8 +67,9 @@ done
 for round in $(seq "${REPEATS:-2}"); do
   for name in "${names[@]}"; do
     "$build/bins/$name" --gtest_filter="$filter" > "$logs/time_${name}_$round.log" 2>&1 || true
+    # A variant that printed no [perf] line (it crashed, or skipped) must not end the sweep.
     grep "^\[perf\]" "$logs/time_${name}_$round.log" | sed "s/^\[perf\]/$name round $round:/" |
-      tee -a "$summary"
+      tee -a "$summary" || echo "$name round $round: no [perf] line (see time_${name}_$round.log)"
   done
 done
 if [ -n "${OUT:-}" ]; then
