@@ -3,10 +3,10 @@
 //
 // Teaches: Welford's mean and variance, and how two partial Welford states merge (the same merge
 // serves a float4, a thread, a warp and the block); block-wide reductions of a struct; float4
-// loads; keeping the row on chip (in registers, or in shared memory when it is long: on Hopper the
-// shared memory of a cluster of blocks) between the statistics and the write, so that device memory
-// reads x once; saving the statistics for the backward pass. Memory-bound: the checker reports the
-// bandwidth next to a device-to-device copy.
+// loads; keeping the row on chip (in registers, and when it is long in registers and shared memory:
+// on Hopper those of a cluster of blocks) between the statistics and the write, so that device
+// memory reads x once; saving the statistics for the backward pass. Memory-bound: the checker
+// reports the bandwidth next to a device-to-device copy.
 //
 // Run:  grader run 06/layernorm --solutions
 // Contract: layernorm.h                Notes:  notes/06_softmax_norms.md
@@ -23,29 +23,39 @@ constexpr unsigned kFullMask = 0xffffffffu;
 //  - registers: each thread keeps kCachedFloats of the row (4 float4 or 16 floats), so a warp
 //    holds a row of up to 512 floats (kRegisterBlock / 32 rows per block) and a block of
 //    kRegisterBlock threads one of up to 4096;
-//  - shared memory: longer rows are staged in dynamic shared memory. On Hopper a row is split over
-//    a cluster of blocks of kClusterBlock threads, each staging a slice of up to kSliceBytes, and
-//    the blocks merge their statistics through distributed shared memory: a 50304-float row
-//    (201 KB) takes 2 blocks, and an SM holds 2 blocks of different rows, so one row's reduction
-//    hides behind the other's loads. Before Hopper one block of kStagedBlock threads stages the
-//    whole row (up to 163 KB on an A100): one row per SM;
-//  - nowhere: a row longer than that is read a second time.
-// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight).
+//  - registers and shared memory: longer rows are staged. On Hopper a row is split over a cluster
+//    of blocks of kClusterBlock threads, each keeping a slice of up to kSliceBytes, and the blocks
+//    merge their statistics through distributed shared memory: a 50304-float row (201 KB) takes
+//    2 blocks. Each thread holds kHeldPacks packs of its block's slice in registers and the rest
+//    goes to dynamic shared memory, so that an SM holds 3 blocks of different rows and one row's
+//    reduction hides behind the others' loads. Before Hopper one block of kStagedBlock threads
+//    keeps the whole row the same way (up to 80 KB in registers and 163 KB of shared memory on
+//    an A100): one row per SM;
+//  - nowhere: the part of a row that does not fit is read a second time.
+// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4, or kHeldPacks and
+// kLoadsInFlight).
 constexpr int kCachedFloats = 16;
 constexpr int kRegisterBlock = 256;
 // At least 4 register-tier blocks resident per SM: a budget of 64 registers per thread. (Left to
 // itself, ptxas squeezed the float4 kernel into 32 registers and spilled to local memory.)
 constexpr int kMinRegisterBlocksPerSm = 4;
-constexpr int kClusterBlock = 512;
-constexpr std::size_t kSliceBytes = 100 * 1024;  // 2 slices per SM in its 227 KB
+constexpr std::size_t kSliceBytes = 100 * 1024;
+// A 100 KB slice is 30 KB in the registers of 384 threads (5 packs each) and 70 KB of shared
+// memory: 3 blocks per SM (3 x 70 KB of its 227 KB), with 56 registers per thread. Measured at
+// 4096 x 50304 on an H100, % of the copy: 91.1; all 100 KB in shared memory, 2 blocks of 512
+// threads per SM: 89.3; 3 blocks of 256 or 320 threads (7 or 6 packs held): 85-88; 2 blocks of
+// 512 threads holding 2 packs each: 86.
+constexpr int kClusterBlock = 384;
+constexpr int kClusterBlocksPerSm = 3;
+constexpr int kHeldPacks = 5;
 constexpr int kStagedBlock = 1024;
-// 8 loads of the row per thread before the first is used (4: 88.5% of the copy at 4096 x 50304
-// on an H100, 8: 88.9%; 2: 85.8%).
-constexpr int kLoadsInFlight = 8;
-// The write loads 3 packs per output pack (x from the stage, gamma and beta from L2), 2 output
-// packs at a time: 1 leaves the write waiting on L2 (75% of the copy at 4096 x 50304), 3 or 4
-// crowd L2 with parameter reads (87-88%, against 89% for 2).
-constexpr int kWritesInFlight = 2;
+// The staged packs are read 3 at a time per thread (the 5 held packs are already in flight):
+// 1, 2, 3, 4 give 90.2, 90.1, 90.8, 88.7% of the copy at 4096 x 50304 (with 2 write packs).
+constexpr int kLoadsInFlight = 3;
+// The write loads 3 packs per output pack (x from the stage, gamma and beta from L2), 3 output
+// packs at a time: 1 leaves the write waiting on L2 (77% of the copy at 4096 x 50304), 2 gives
+// 90.8%, 3 gives 91.1%, and 4 spills registers.
+constexpr int kWritesInFlight = 3;
 
 // Count, mean and M2 (the sum of squared deviations from the mean) of a set of values. The
 // variance is m2 / count. The count is a float: it is exact up to 2^24 and saves conversions.
@@ -239,12 +249,13 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     }
 }
 
-// Longer rows, staged in shared memory. Launched in clusters (Hopper), the blocks of a cluster
-// share one row, each staging the slice course::cluster_slice gives it; otherwise one block holds
-// the whole row. `staged`: the slice fits in the block's dynamic shared memory, and the write
-// reads it there; otherwise (a row too long even for that) the write reads x a second time.
-template <int kWidth, int kBlock>
-__global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
+// Longer rows, kept in registers and shared memory. Launched in clusters (Hopper), the blocks of
+// a cluster share one row, each keeping the slice course::cluster_slice gives it; otherwise one
+// block holds the whole row. `staged`: the part of the slice that is not held in registers fits
+// in the block's dynamic shared memory, and the write reads it there; otherwise (a row too long
+// even for that) the write reads that part of x a second time.
+template <int kWidth, int kBlock, int kBlocksPerSm>
+__global__ void __launch_bounds__(kBlock, kBlocksPerSm)
     layernorm_staged(const float* __restrict__ x, const float* __restrict__ gamma,
                      const float* __restrict__ beta, float* __restrict__ y,
                      float* __restrict__ mean, float* __restrict__ rstd, int cols, bool staged) {
@@ -258,13 +269,26 @@ __global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
     float* y_row = y + row * cols;
     // This block's packs: shares rounded to 128 bytes (32 floats) so each starts on a line.
     const course::Slice slice = course::cluster_slice(cols / kWidth, slices, rank, 32 / kWidth);
+    // The slice waits for the write in two places: thread t holds packs begin + t + kBlock * j
+    // (j < kHeldPacks) in registers, and the packs from stage_begin on are staged in shared memory
+    // (stage[0] is pack stage_begin).
+    const int stage_begin = min(slice.begin + kHeldPacks * kBlock, slice.end);
 
-    // Pass 1: thread t reads packs begin + t, begin + t + kBlock, ... (coalesced), kLoadsInFlight
-    // of them issued before the first is used. Each is parked in shared memory and merged into
-    // the thread's state. A thread later reads back exactly the slots it wrote itself, so the
-    // stage needs no barrier.
+    // Pass 1: all kHeldPacks held packs are loaded at once (coalesced: at each j the block reads
+    // kBlock consecutive packs). Meanwhile thread t reads the staged packs stage_begin + t,
+    // stage_begin + t + kBlock, ..., kLoadsInFlight of them issued before the first is used, parks
+    // each in shared memory and merges it into its state; the held packs, arrived by then, are
+    // merged last. A thread later reads back exactly the slots it wrote itself, so the stage needs
+    // no barrier.
+    Pack<kWidth> held[kHeldPacks];
+#pragma unroll
+    for (int j = 0; j < kHeldPacks; ++j) {
+        const int p = slice.begin + threadIdx.x + kBlock * j;
+        if (p < slice.end) held[j] = load_pack<kWidth>(x_row + p * kWidth);
+    }
     Welford state{0.0f, 0.0f, 0.0f};
-    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
+    for (int first = stage_begin + threadIdx.x; first < slice.end;
+         first += kLoadsInFlight * kBlock) {
         Pack<kWidth> batch[kLoadsInFlight];
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
@@ -275,11 +299,15 @@ __global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
         for (int j = 0; j < kLoadsInFlight; ++j) {
             const int p = first + kBlock * j;
             if (p < slice.end) {
-                if (staged) stage[p - slice.begin] = batch[j];
+                if (staged) stage[p - stage_begin] = batch[j];
                 state = welford_merge(state, welford_of(batch[j]));
             }
         }
     }
+#pragma unroll
+    for (int j = 0; j < kHeldPacks; ++j)
+        if (slice.begin + threadIdx.x + kBlock * j < slice.end)
+            state = welford_merge(state, welford_of(held[j]));
     Welford row_state = group_merge<kBlock>(state);
     // In a cluster, the blocks' states are merged too (course/cluster.h).
     row_state = course::cluster_reduce(row_state, &block_state,
@@ -291,15 +319,26 @@ __global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
         rstd[row] = row_rstd;
     }
 
-    // Pass 2: the same packs, from shared memory (or from a last read of x), in batches again so
-    // that the loads of gamma and beta (from L2) are in flight together.
-    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kWritesInFlight * kBlock) {
+    // Pass 2: the same packs, the held ones first, then the staged ones from shared memory (or
+    // from a last read of x) in batches, so that the loads of gamma and beta (from L2) are in
+    // flight together.
+#pragma unroll
+    for (int j = 0; j < kHeldPacks; ++j) {
+        const int p = slice.begin + threadIdx.x + kBlock * j;
+        if (p < slice.end)
+            store_pack_streaming(y_row + p * kWidth,
+                                 normalize(held[j], load_pack<kWidth>(gamma + p * kWidth),
+                                           load_pack<kWidth>(beta + p * kWidth), row_state.mean,
+                                           row_rstd));
+    }
+    for (int first = stage_begin + threadIdx.x; first < slice.end;
+         first += kWritesInFlight * kBlock) {
         Pack<kWidth> in[kWritesInFlight], scale[kWritesInFlight], shift[kWritesInFlight];
 #pragma unroll
         for (int j = 0; j < kWritesInFlight; ++j) {
             const int p = first + kBlock * j;
             if (p < slice.end) {
-                in[j] = staged ? stage[p - slice.begin] : load_pack_last_use<kWidth>(x_row + p * kWidth);
+                in[j] = staged ? stage[p - stage_begin] : load_pack_last_use<kWidth>(x_row + p * kWidth);
                 scale[j] = load_pack<kWidth>(gamma + p * kWidth);
                 shift[j] = load_pack<kWidth>(beta + p * kWidth);
             }
@@ -317,29 +356,39 @@ __global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
     course::cluster_wait();  // the other blocks are done with our state
 }
 
-// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
+// The shared memory that a block of `block` threads needs for a slice of `packs` packs: all but
+// the kHeldPacks per thread that it holds in registers.
+template <int kWidth>
+std::size_t stage_bytes_for(int packs, int block) {
+    const int staged_packs = packs - kHeldPacks * block;
+    return staged_packs > 0 ? staged_packs * sizeof(Pack<kWidth>) : 0;
+}
+
+// A long row: in a cluster of blocks on Hopper, else in one block.
 template <int kWidth>
 void launch_staged(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                    float* rstd, int rows, int cols) {
     const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
-    const auto in_cluster = layernorm_staged<kWidth, kClusterBlock>;
+    const auto in_cluster = layernorm_staged<kWidth, kClusterBlock, kClusterBlocksPerSm>;
     static const bool clusters = course::clusters_available(in_cluster);
     static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
     const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
     if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
         // The first slice is the longest (at most kSliceBytes).
         const course::Slice first = course::cluster_slice(cols / kWidth, slices, 0, 32 / kWidth);
-        const std::size_t slice_bytes = (first.end - first.begin) * sizeof(Pack<kWidth>);
-        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, slice_bytes,
+        const std::size_t stage_bytes =
+            stage_bytes_for<kWidth>(first.end - first.begin, kClusterBlock);
+        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, stage_bytes,
                                    x, gamma, beta, y, mean, rstd, cols,
-                                   slice_bytes <= cluster_capacity);
+                                   stage_bytes <= cluster_capacity);
         return;
     }
-    const auto one_block = layernorm_staged<kWidth, kStagedBlock>;
+    const auto one_block = layernorm_staged<kWidth, kStagedBlock, 1>;
     static const std::size_t capacity = course::opt_in_shared_bytes(one_block);
-    const bool staged = row_bytes <= capacity;
-    one_block<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(x, gamma, beta, y, mean, rstd, cols,
-                                                              staged);
+    const std::size_t stage_bytes = stage_bytes_for<kWidth>(cols / kWidth, kStagedBlock);
+    const bool staged = stage_bytes <= capacity;
+    one_block<<<rows, kStagedBlock, staged ? stage_bytes : 0>>>(x, gamma, beta, y, mean, rstd,
+                                                                cols, staged);
     CUDA_CHECK_LAUNCH();
 }
 

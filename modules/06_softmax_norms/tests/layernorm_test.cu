@@ -131,11 +131,12 @@ TEST_F(LayerNorm, RowLengths) {
     auto rng = test_rng();
     // 1: a single column (variance 0); 7, 31, 33: not a multiple of 4 (scalar path) or of a
     // warp; 32, 1024: exactly a warp / a block of float4s; 1023, 4097: one short of / past them;
-    // 1000: a multiple of 4 but not of 32 * 4; 32768, 50304 (GPT-2's padded vocab): long rows, split
-    // over a cluster of blocks on Hopper; 50001: long and odd (scalar path, uneven slices); 70001: a
-    // cluster of three on Hopper, more than one block's shared memory before it; 204803: more than a
-    // cluster holds (x is read twice).
-    for (int cols : {1, 7, 31, 32, 33, 1000, 1023, 1024, 4097, 32768, 50304, 50001, 70001,
+    // 1000: a multiple of 4 but not of 32 * 4; 5000: a long row that fits in the registers that
+    // the staged kernel holds (no shared memory); 32768, 50304 (GPT-2's padded vocab): long rows,
+    // split over a cluster of blocks on Hopper; 50001: long and odd (scalar path, uneven slices);
+    // 70001: a cluster of three on Hopper, more than one block's shared memory before it; 204803:
+    // more than a cluster holds (what the registers do not hold is read twice).
+    for (int cols : {1, 7, 31, 32, 33, 1000, 1023, 1024, 4097, 5000, 32768, 50304, 50001, 70001,
                      204803}) {
         const int rows = cols <= 33 ? 37 : cols <= 4097 ? 11 : 3;
         check_case(Rows::kRandom, rows, cols, rng);

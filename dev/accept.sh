@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The acceptance of a module on a GPU in one command (course authors, on the device machine):
+# the reference solutions (timed alone), the untouched stubs, then every planted bug of the
+# selected modules, one copy of the tree per exercise, the copies in parallel.
+#
+#   dev/accept.sh SELECTOR [--no-mutants]
+#     SELECTOR  as for `grader run`: all, a module (06) or an exercise (06/layernorm)
+#   OUT=dir     where solutions.txt, stubs.txt and mutants.txt go (default build/accept)
+#
+# Sequential, `grader check --mutants` for module 06 takes about 15 minutes (35 bugs, a build and a
+# checker run each), longer than one device command may run; eight copies side by side take a
+# few. The copies go to build/accept-copies (each has its own build/mutants). Exit status: 0 when
+# every solution passes, every stub reports todo and every planted bug is caught.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { sed -n '2,13p' "$0"; exit 2; }
+selector=$1 mutants=yes
+[ "${2:-}" = --no-mutants ] && mutants=no
+out=${OUT:-build/accept}
+mkdir -p "$out"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
+# cuDNN's softmax is a baseline of module 06 when the pip wheel is installed.
+if [ -z "${COURSE_CUDNN_ROOT:-}" ]; then
+  root=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null) &&
+    export COURSE_CUDNN_ROOT=$root
+fi
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
+python3 -m grader run "$selector" --solutions > "$out/solutions.txt" 2>&1 || status=1
+# The stubs must all report todo, which `grader run` counts as not passing (exit 1).
+python3 -m grader run "$selector" > "$out/stubs.txt" 2>&1
+grep -qE '^\S+ +(pass|fail|build error|crash|timeout) ' "$out/stubs.txt" && status=1
+
+if [ "$mutants" = yes ]; then
+  # The exercises of the selection that have planted bugs, as module/exercise.
+  mapfile -t exercises < <(python3 - "$selector" <<'EOF'
+import sys, tomllib
+from pathlib import Path
+selector = sys.argv[1]
+for manifest in sorted(Path("solutions").glob("*/mutants.toml")):
+    module = manifest.parent.name
+    names = dict.fromkeys(m["exercise"] for m in tomllib.loads(manifest.read_text())["mutant"])
+    for name in names:
+        wanted = {"all", module, module[:2], f"{module}/{name}", f"{module[:2]}/{name}"}
+        if selector in wanted:
+            print(f"{module}/{name}")
+EOF
+)
+  copies=build/accept-copies
+  rm -rf "$copies" && mkdir -p "$copies"
+  for exercise in "${exercises[@]}"; do
+    copy=$copies/${exercise//\//.}
+    mkdir -p "$copy"
+    tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$copy"
+    (cd "$copy" && python3 -m grader check --mutants --no-build "$exercise" > check.log 2>&1;
+     echo $? > check.rc) &
+  done
+  wait
+  : > "$out/mutants.txt"
+  for exercise in "${exercises[@]}"; do
+    copy=$copies/${exercise//\//.}
+    { echo "== $exercise (exit $(cat "$copy/check.rc"))"; cat "$copy/check.log"; } >> "$out/mutants.txt"
+    [ "$(cat "$copy/check.rc")" = 0 ] || status=1
+  done
+fi
+
+cat "$out/solutions.txt" "$out/stubs.txt"
+if [ "$mutants" = yes ]; then
+  # One line per planted bug: its name, what was expected, and whether the checker caught it.
+  grep -aE '^ [0-9]{2}_[a-z0-9_]+/[a-z0-9_]+:|^== |course OK|problem' "$out/mutants.txt" |
+    sed -E 's/ {2,}/  /g' | cut -c1-160
+fi
+exit $status
