@@ -65,7 +65,9 @@ EOF
   done
 fi
 
-cat "$out/solutions.txt" "$out/stubs.txt"
+# The tables, without the build's progress lines.
+grep -avE '^\[[0-9]+/[0-9]+\]|^ninja: |^configuring ' "$out/solutions.txt" "$out/stubs.txt" |
+  sed -E 's/^[^:]*\.txt://'
 if [ "$mutants" = yes ]; then
   # One line per planted bug: its name, what was expected, and whether the checker caught it.
   grep -aE '^ [0-9]{2}_[a-z0-9_]+/[a-z0-9_]+:|^== |course OK|problem' "$out/mutants.txt" |
