@@ -33,18 +33,16 @@ python3 -m grader run "$selector" > "$out/stubs.txt" 2>&1
 grep -qE '^\S+ +(pass|fail|build error|crash|timeout) ' "$out/stubs.txt" && status=1
 
 if [ "$mutants" = yes ]; then
-  # The exercises of the selection that have planted bugs, as module/exercise.
+  # The exercises of the selection that have planted bugs, as module/exercise, found by the
+  # grader's own selector and mutant reader.
   mapfile -t exercises < <(python3 - "$selector" <<'EOF'
-import sys, tomllib
+import sys
 from pathlib import Path
-selector = sys.argv[1]
-for manifest in sorted(Path("solutions").glob("*/mutants.toml")):
-    module = manifest.parent.name
-    names = dict.fromkeys(m["exercise"] for m in tomllib.loads(manifest.read_text())["mutant"])
-    for name in names:
-        wanted = {"all", module, module[:2], f"{module}/{name}", f"{module[:2]}/{name}"}
-        if selector in wanted:
-            print(f"{module}/{name}")
+from grader.course import load_course, select
+from grader.mutants import read_mutants
+course = load_course(Path.cwd())
+mutants, _ = read_mutants(course, select(course, sys.argv[1]))
+print("\n".join(dict.fromkeys(mutant.exercise.key for mutant in mutants)))
 EOF
 )
   copies=build/accept-copies
