@@ -26,9 +26,10 @@ EXERCISE_SCHEMA = {
     "baseline": (str, "a string"),
     "target": ((int, float), "a number"),
     "timeout_s": ((int, float), "a number"),
+    "intensity": ((int, float), "a number"),
     "hints": (list, "a list of strings"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity"}
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
@@ -50,6 +51,9 @@ class Exercise:
     target: float
     timeout_s: float
     hints: tuple[str, ...]
+    # FLOP per byte of the timed case's compulsory DRAM traffic (`grader report`'s roofline);
+    # None when the manifest does not say.
+    intensity: float | None = None
 
     @property
     def key(self) -> str:
@@ -125,6 +129,8 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
     if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:
         problems.append(f"{where}: min_sm and target must be >= 0, timeout_s > 0")
+    if entry.get("intensity", 0) < 0:
+        problems.append(f"{where}: intensity must be >= 0")
     if (entry["metric"] == "") != (entry["baseline"] == ""):
         problems.append(f"{where}: 'metric' and 'baseline' go together (both set or both empty)")
     if entry["target"] > 0 and not entry["baseline"]:
@@ -183,6 +189,7 @@ def _module(name: str, data: dict) -> Module:
             target=float(entry["target"]),
             timeout_s=float(entry.get("timeout_s", DEFAULT_TIMEOUT_S)),
             hints=tuple(entry["hints"]),
+            intensity=None if "intensity" not in entry else float(entry["intensity"]),
         )
         for entry in data["exercise"]
     )
