@@ -437,12 +437,13 @@ def profile(course: Course, exercise: Exercise, variant: str, log: Log, case_lab
     report.parent.mkdir(parents=True, exist_ok=True)
     command = ncu_command(ncu, tree.executable(exercise), case.test, kernels, report, launches)
     log(f"profiling {', '.join(kernels)} in {case.test} ({case.case}) under ncu")
-    try:
-        run = subprocess.run(command, cwd=tree.path, capture_output=True, text=True,
-                             errors="replace", timeout=NCU_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"ncu did not finish in {NCU_TIMEOUT_S} s") from None
-    output = run.stdout + run.stderr
+    output = _run_ncu(command, tree.path)
+    if not report.is_file() and "metric" in output.lower():
+        # An ncu without one of the shared-memory metrics: the sections alone still say most.
+        log("ncu refused a metric; profiling with its sections only")
+        output = _run_ncu([part for part in command if part not in ("--metrics",
+                                                                   ",".join(SHARED_METRICS))],
+                          tree.path)
     if PERMISSION_ERROR in output:
         flag = " --solutions" if variant == SOLUTION else ""
         raise UserError(PERMISSION_FIX.format(key=exercise.key, flag=flag))
@@ -456,6 +457,15 @@ def profile(course: Course, exercise: Exercise, variant: str, log: Log, case_lab
         raise UserError(no_profile_message(output, kernels))
     return ProfileRun(exercise, variant, case, kernels, report, profiles,
                       parse_source_page(source_page))
+
+
+def _run_ncu(command: list[str], cwd: Path) -> str:
+    try:
+        run = subprocess.run(command, cwd=cwd, capture_output=True, text=True, errors="replace",
+                             timeout=NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"ncu did not finish in {NCU_TIMEOUT_S} s") from None
+    return run.stdout + run.stderr
 
 
 def no_profile_message(output: str, kernels: list[str]) -> str:
