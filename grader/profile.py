@@ -93,6 +93,8 @@ STALL_FAMILIES = (re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_iss
 SAMPLE_COLUMNS = ("Warp Stall Sampling (All Samples)", "Warp Stall Sampling (All Cycles)",
                   "# Samples")
 LATENCY_BOUND_PCT = 60.0
+# Wavefronts per 32-bit shared-memory instruction from which a bank conflict is reported.
+CONFLICT_WAYS = 1.5
 TOP_STALLS = 3
 
 
@@ -113,8 +115,12 @@ class SourceLine:
     file: str
     line: int
     source: str
-    samples: float
+    samples: float  # warp-stall samples
     reasons: dict[str, float] = field(default_factory=dict)
+    # Shared-memory wavefronts the line's accesses took, and the fewest they could have taken:
+    # the excess is bank conflicts.
+    shared_wavefronts: float = 0.0
+    shared_ideal: float = 0.0
 
 
 def parse_raw_page(text: str) -> list[KernelProfile]:
@@ -159,34 +165,48 @@ def parse_source_page(text: str) -> list[SourceLine]:
     return [line.result() for line in lines]
 
 
+@dataclass(frozen=True)
+class _Counters:
+    samples: float
+    reasons: dict[str, float]
+    shared_wavefronts: float
+    shared_ideal: float
+
+
 @dataclass
 class _LineCounters:
     file: str
     line: int
     source: str
-    own: tuple[float, dict[str, float]]
-    instructions: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    own: _Counters
+    instructions: list[_Counters] = field(default_factory=list)
 
     def result(self) -> SourceLine:
-        samples, reasons = self.own
-        if not samples:  # no aggregate on the line itself: its instructions' sum
-            samples = sum(count for count, _ in self.instructions)
+        own = self.own
+        if not (own.samples or own.shared_wavefronts) and self.instructions:
+            # No aggregate on the line itself: its instructions' sum.
             reasons = {}
-            for _, by_reason in self.instructions:
-                for reason, value in by_reason.items():
+            for counters in self.instructions:
+                for reason, value in counters.reasons.items():
                     reasons[reason] = reasons.get(reason, 0.0) + value
-        return SourceLine(self.file, self.line, self.source, samples, reasons)
+            own = _Counters(sum(c.samples for c in self.instructions), reasons,
+                            sum(c.shared_wavefronts for c in self.instructions),
+                            sum(c.shared_ideal for c in self.instructions))
+        return SourceLine(self.file, self.line, self.source, own.samples, own.reasons,
+                          own.shared_wavefronts, own.shared_ideal)
 
 
-def _counters(header: list[str], row: list[str]) -> tuple[float, dict[str, float]]:
-    """(stall samples, samples per reason) of a source-page row."""
+def _counters(header: list[str], row: list[str]) -> _Counters:
+    """The counters of a source-page row that the summary uses."""
     cells = dict(zip(header[4:], row[4:]))
     reasons = {}
     for name, text in cells.items():
         reason, value = _stall_name(name), _number(text)
         if reason and value:
             reasons[reason] = value
-    return _first_number(cells, SAMPLE_COLUMNS) or 0.0, reasons
+    return _Counters(_first_number(cells, SAMPLE_COLUMNS) or 0.0, reasons,
+                     _first_number(cells, ("L1 Wavefronts Shared",)) or 0.0,
+                     _first_number(cells, ("L1 Wavefronts Shared Ideal",)) or 0.0)
 
 
 def stall_reasons(profile: KernelProfile) -> list[tuple[str, float]]:
@@ -224,7 +244,7 @@ def summarize(profile: KernelProfile, lines: list[SourceLine],
                    "clock: compare the percentages, not this time, with `grader run`)")
     out.append(_throughput_line(profile))
     out.append(_occupancy_line(profile))
-    out.append(_bank_conflict_line(profile))
+    out.append(_bank_conflict_line(profile, lines, strip_root))
     stalls = stall_reasons(profile)
     if stalls:
         out.append("stalls      what the warps waited on most (share of stalled warp cycles):")
@@ -248,19 +268,35 @@ def summarize(profile: KernelProfile, lines: list[SourceLine],
     return out
 
 
+# Each unit's throughput as % of its peak (SpeedOfLight). DRAM has had two names across ncu
+# versions (the first found is used).
+MEMORY_UNITS = (("DRAM", ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                          "dram__throughput.avg.pct_of_peak_sustained_elapsed")),
+                ("L2", ("lts__throughput.avg.pct_of_peak_sustained_elapsed",)),
+                ("L1/shared memory", ("l1tex__throughput.avg.pct_of_peak_sustained_elapsed",)))
+SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+
+
 def _throughput_line(profile: KernelProfile) -> str:
-    dram = profile.get("dram__throughput.avg.pct_of_peak_sustained_elapsed")
-    sm = profile.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")
-    if dram is None or sm is None:
+    units = {}
+    for unit, names in MEMORY_UNITS:
+        value = next((profile.get(name) for name in names if profile.get(name) is not None),
+                     None)
+        if value is not None:
+            units[unit] = value
+    sm = profile.get(SM_THROUGHPUT)
+    if not units or sm is None:
         return "throughput  not in the report"
-    if max(dram, sm) < LATENCY_BOUND_PCT:
-        verdict = ("neither is busy: latency-bound, too little work in flight (see occupancy "
+    figures = ", ".join(f"{unit} {value:.0f}%" for unit, value in units.items())
+    busiest = max(units, key=units.get)
+    if max(units[busiest], sm) < LATENCY_BOUND_PCT:
+        verdict = ("nothing is busy: latency-bound, too little work in flight (see occupancy "
                    "and stalls)")
-    elif dram >= sm:
-        verdict = "memory-bound: DRAM is the busier unit"
+    elif units[busiest] >= sm:
+        verdict = f"memory-bound: {busiest} is the busiest unit"
     else:
-        verdict = "compute-bound: the SMs are the busier unit"
-    return f"throughput  DRAM {dram:.1f}% of peak, SM {sm:.1f}% of peak: {verdict}"
+        verdict = "compute-bound: the SMs are the busiest unit"
+    return f"throughput  {figures} of peak; SM {sm:.0f}%: {verdict}"
 
 
 def _occupancy_line(profile: KernelProfile) -> str:
@@ -305,21 +341,33 @@ def _shared_bytes(profile: KernelProfile) -> float | None:
     return sum(known) if known else None
 
 
-def _bank_conflict_line(profile: KernelProfile) -> str:
+def _bank_conflict_line(profile: KernelProfile, lines: list[SourceLine],
+                        strip_root=lambda path: path) -> str:
+    """Bank conflicts from the source view (wavefronts against the fewest the accesses need,
+    whatever their width), else from the kernel's metrics (per 32-bit instruction)."""
+    wavefronts = sum(line.shared_wavefronts for line in lines)
+    ideal = sum(line.shared_ideal for line in lines)
+    if wavefronts and ideal:
+        if wavefronts < CONFLICT_WAYS * ideal:
+            return (f"shared      {_int(wavefronts)} wavefronts, as many as the accesses need: "
+                    "no bank conflicts")
+        worst = max(lines, key=lambda line: line.shared_wavefronts - line.shared_ideal)
+        ways = worst.shared_wavefronts / worst.shared_ideal if worst.shared_ideal else 0
+        return (f"shared      {_int(wavefronts)} wavefronts where {_int(ideal)} would do "
+                f"({wavefronts / ideal:.1f}x): bank conflicts, the worst at "
+                f"{strip_root(worst.file)}:{worst.line} ({ways:.0f}-way)")
     parts = []
     for op, word in (("ld", "loads"), ("st", "stores")):
         instructions = profile.get(f"smsp__sass_inst_executed_op_shared_{op}.sum")
-        wavefronts = profile.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
-        conflicts = profile.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
-        if not instructions:
+        op_wavefronts = profile.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
+        if not instructions or op_wavefronts is None:
             continue
-        if wavefronts is not None:
-            ways = wavefronts / instructions
-            verdict = "no bank conflicts" if ways < 1.05 else f"a {ways:.1f}-way bank conflict"
-            parts.append(f"{word} {ways:.1f} wavefronts per instruction ({verdict})")
-        elif conflicts is not None:
-            parts.append(f"{word} {_int(conflicts)} bank conflicts in {_int(instructions)} "
-                         "instructions")
+        ways = op_wavefronts / instructions
+        # A little over 1 is normal: ncu counts a few extra wavefronts that are no conflict.
+        verdict = ("no bank conflicts to speak of" if ways < CONFLICT_WAYS
+                   else f"a {ways:.0f}-way bank conflict")
+        parts.append(f"{word} {ways:.1f} wavefronts per instruction, 1 for 32-bit accesses "
+                      f"without conflicts ({verdict})")
     if not parts:
         return "shared      no shared-memory accesses"
     return "shared      " + "; ".join(parts)

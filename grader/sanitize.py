@@ -52,10 +52,9 @@ def summarize_output(tool: str, text: str) -> ToolSummary:
     errors = None
     for line in lines:
         match = SUMMARY.search(line)
-        if match:
+        if match and "not printed" not in line and errors is None:
             count = HAZARD_COUNT.search(line)  # racecheck: hazards, of which errors
             errors = int(count[1]) if count else int(match[2])
-    first, where = "", []
     for index, line in enumerate(lines):
         if REPORT_START.match(line.strip()) and not SUMMARY.search(line):
             report = [line.strip()]
@@ -63,35 +62,52 @@ def summarize_output(tool: str, text: str) -> ToolSummary:
                 if not follow.strip() or REPORT_START.match(follow.strip()):
                     break
                 report.append(follow.strip())
-            # A race names its second access on the next line ("and Read access at ...").
-            first = " ".join([report[0], *(part for part in report[1:2]
-                                           if part.startswith("and "))])
-            where = [f"{match[1]}:{match[2]}" for match in map(LOCATION.search, report) if match]
-            break
-    return ToolSummary(tool, errors, first, where)
+            places = [f"{match[1]}:{match[2]}" for match in map(LOCATION.search, report) if match]
+            return ToolSummary(tool, errors, _headline(report), list(dict.fromkeys(places)))
+    return ToolSummary(tool, errors, "", [])
 
 
-def describe(summary: ToolSummary, strip_root=lambda text: text) -> str:
+def _headline(report: list[str]) -> str:
+    """The report's first line in words, with who did it and how far off, where it says."""
+    first = report[0]
+    # A race names its second access on the next line ("and Read access at ...").
+    if len(report) > 1 and report[1].startswith("and "):
+        first += " " + report[1]
+    first = re.sub(r"^Error: ", "", first)
+    first = re.sub(r" at \S*\(.*?\)\+0x[0-9a-f]+", "", first)
+    first = re.sub(r" in \S+:\d+", "", first)
+    first = re.sub(r"\s*\[\d+ hazards?\]", "", first).rstrip(":").strip()
+    details = [line for line in report[1:] if line.startswith("by thread")]
+    details += [re.sub(r"^and is | at 0x[0-9a-f]+", "", line) for line in report[1:]
+                if line.startswith("and is ") and "nearest allocation" in line]
+    return first + (f" ({'; '.join(details)})" if details else "")
+
+
+def describe(summary: ToolSummary, relative=lambda place: place) -> str:
+    """One line: the count, and the first report with where it points (made repo-relative by
+    `relative`, which takes "file:line")."""
     if summary.errors is None:
         return "no summary from compute-sanitizer (did the checker crash? see the log)"
     if summary.errors == 0:
         return "0 errors"
-    noun = "hazard" if summary.tool == "racecheck" else "error"
-    text = f"{summary.errors} {noun}{'' if summary.errors == 1 else 's'}"
+    text = f"{summary.errors} error{'' if summary.errors == 1 else 's'}"
     if summary.first:
-        text += f"; first: {_short(strip_root(summary.first))}"
+        text += f"; first: {summary.first}"
     if summary.where:
-        text += f" at {' and '.join(strip_root(place) for place in dict.fromkeys(summary.where))}"
+        text += f", at {' and '.join(relative(place) for place in summary.where)}"
     return text
 
 
-def _short(headline: str) -> str:
-    # "Race reported between Write access at kernel(const float *, ...)+0x160 in f.cu:41" and
-    # "Invalid __global__ write of size 4 bytes": the words, without the signatures and offsets.
-    headline = re.sub(r"^Error: ", "", headline)
-    headline = re.sub(r" at \S*\(.*?\)\+0x[0-9a-f]+", "", headline)
-    headline = re.sub(r" in \S+:\d+", "", headline)
-    return headline.rstrip(":").strip()
+def source_locator(course: Course, sources: list[Path]):
+    """Maps a sanitizer's "file.cu:42" (it prints base names) to the repo-relative path of the
+    exercise's file of that name; other places stay as printed."""
+    by_name = {path.name: course.relative(path) for path in sources if path.is_file()}
+
+    def relative(place: str) -> str:
+        file, _, line = place.rpartition(":")
+        file = course.strip_root(file)
+        return f"{by_name.get(file, file)}:{line}"
+    return relative
 
 
 def require_sanitizer() -> str:

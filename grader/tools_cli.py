@@ -20,7 +20,7 @@ from grader.profile import summarize
 from grader.progress import update_learner_files
 from grader.report import make_console, print_results, status_text
 from grader.results import LEARNER, SOLUTION
-from grader.sanitize import TOOLS, describe, sanitize as run_sanitize
+from grader.sanitize import TOOLS, describe, sanitize as run_sanitize, source_locator
 from grader.state import load_results, record_results
 from grader.tools import gpu_visible, require_build_tools
 from grader.watch import watch as watch_loop
@@ -139,8 +139,10 @@ def sanitize(context: click.Context, exercise: str, solutions: bool,
     left_out = f" (left out: the timed {', '.join(run.excluded)})" if run.excluded else ""
     click.echo(f"{chosen.key} ({run.variant}): the correctness cases under compute-sanitizer"
                f"{left_out}")
+    source = course.solution(chosen) if solutions else course.stub(chosen)
+    relative = source_locator(course, [source, course.checker(chosen)])
     for summary in run.summaries:
-        click.echo(f"  {summary.tool:<10} {describe(summary, course.strip_root)}")
+        click.echo(f"  {summary.tool:<10} {describe(summary, relative)}")
     click.echo(f"logs: {course.relative(run.logs)}/")
     found = [summary for summary in run.summaries if summary.errors != 0]
     raise SystemExit(1 if found else 0)
@@ -167,10 +169,10 @@ def doctor(context: click.Context) -> None:
     console.print(table)
     to_fix = [check for check in checks if check.status != doctor_checks.OK and check.fix]
     for check in to_fix:
-        console.print(f"{check.name} ({check.status}): {check.fix}")
+        console.print(Text(f"{check.name} ({check.status}): {check.fix}"))
     problems = [check for check in checks if check.status == doctor_checks.PROBLEM]
-    click.echo(f"{len(problems)} problem{'' if len(problems) == 1 else 's'}, "
-               f"{sum(c.status == doctor_checks.WARNING for c in checks)} warnings")
+    warnings = [check for check in checks if check.status == doctor_checks.WARNING]
+    click.echo(f"{_count(len(problems), 'problem')}, {_count(len(warnings), 'warning')}")
     raise SystemExit(1 if problems else 0)
 
 
@@ -198,7 +200,8 @@ def compare(context: click.Context, learner_file: Path | None, against: Path | N
         out.mkdir(parents=True, exist_ok=True)
         (out / "gradebook.csv").write_text(gradebook_csv(exercises, book), encoding="utf-8")
         (out / "gradebook.md").write_text(gradebook_markdown(exercises, book), encoding="utf-8")
-        click.echo(f"gradebook of {len(book)} learners, {len(exercises)} exercises: "
+        click.echo(f"gradebook of {_count(len(book), 'learner')}, "
+                   f"{_count(len(exercises), 'exercise')}: "
                    f"{out / 'gradebook.csv'}, {out / 'gradebook.md'}")
         return
     stored = load_results(course.root)
@@ -249,6 +252,10 @@ def report(context: click.Context, selector: str, solutions: bool, html: bool,
     path = out_dir / ("report.html" if html else "report.md")
     path.write_text(learner_report.render(sections, title, html), encoding="utf-8")
     click.echo(f"report: {path}")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _gpu_name() -> str:

@@ -57,10 +57,10 @@ def watch(course: Course, exercises: list[Exercise], variant: str,
     table and the lines under it. `changes` yields sets of (change, path) as watchfiles.watch
     does; by default, watchfiles watching the exercises' folders."""
     files = watched_files(course, exercises, variant)
-    latest = {result.exercise: result for result in grade(exercises)}
-    _show(show, exercises, latest, course, list(latest.values()), files)
     if changes is None:
         changes = _watch_folders(files)
+    latest = {result.exercise: result for result in grade(exercises)}
+    _show(show, exercises, latest, course, list(latest.values()), files)
     for batch in changes:
         again = changed_exercises((path for _, path in batch), files, exercises)
         if not again:
