@@ -41,10 +41,12 @@ def built_tree(course: Course, exercise: Exercise, variant: str, log: Log) -> Bu
 
 def checker_cases(tree: BuildTree, exercise: Exercise, log: Log) -> CheckerCases:
     """The timed cases of `exercise`'s last run in `tree`'s variant, or of a fresh run when the
-    results have none that names its tests."""
+    results have none that names its tests (never run, run before the names were kept, or a
+    run that timed nothing: todo, a crash)."""
     stored = load_results(tree.course.root).get(tree.variant, {}).get(exercise.key)
-    if stored and all(case.get("test") for case in stored.get("perf", [])):
-        return CheckerCases(stored["status"], [PerfCase.from_dict(c) for c in stored["perf"]])
+    perf = stored.get("perf", []) if stored else []
+    if perf and all(case.get("test") for case in perf):
+        return CheckerCases(stored["status"], [PerfCase.from_dict(case) for case in perf])
     log(f"running {exercise.key}'s checker once to find its timed cases")
     [result] = grade(tree, [exercise], log)
     return CheckerCases(result.status, list(result.outcome.perf))

@@ -19,7 +19,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from grader import roofline
 from grader.course import Course
 from grader.manifest import Exercise, Module
-from grader.results import PASS, PerfCase, format_number
+from grader.results import PASS, SOLUTION, PerfCase, format_number
 
 INSTALL_PLOTS = ("The pictures need matplotlib: python3 -m pip install -e '.[report]' "
                  "(then run `grader report` again).")
@@ -131,7 +131,11 @@ def _maybe(value: float | None) -> str:
 
 
 def _flops_text(flop_s: float | None) -> str:
-    return "-" if not flop_s else f"{format_number(flop_s / 1e9)} GFLOP/s"
+    if not flop_s:
+        return "-"
+    if flop_s >= 1e12:
+        return f"{format_number(flop_s / 1e12)} TFLOP/s"
+    return f"{format_number(flop_s / 1e9)} GFLOP/s"
 
 
 def ladder_sections(course: Course, modules: list[Module], entries: dict[str, dict],
@@ -158,6 +162,11 @@ def build_report(course: Course, modules: list[Module], entries: dict[str, dict]
                                                      for m in modules)},
                                      roofs, gpu_name, out_dir, plots))
     return sections + ladder_sections(course, modules, entries, out_dir, plots)
+
+
+def title_of(variant: str, gpu_name: str) -> str:
+    whose = "The reference solutions" if variant == SOLUTION else "Your results"
+    return f"{whose} on {gpu_name}"
 
 
 def render(sections: list[Section], title: str, html: bool) -> str:

@@ -248,10 +248,18 @@ def report(context: click.Context, selector: str, solutions: bool, html: bool,
     gpu_name = _gpu_name()
     sections = learner_report.build_report(course, modules, entries, gpu_name, out_dir, plots,
                                            variant)
-    title = f"Results of the CUDA course ({variant}s) on {gpu_name}"
     path = out_dir / ("report.html" if html else "report.md")
-    path.write_text(learner_report.render(sections, title, html), encoding="utf-8")
-    click.echo(f"report: {path}")
+    path.write_text(learner_report.render(sections, learner_report.title_of(variant, gpu_name),
+                                          html), encoding="utf-8")
+    # The module tables here too: % of baseline and % of this GPU's measured roofline.
+    console = make_console()
+    for section in sections[:len(modules)]:
+        table = Table(*section.header, title=section.title, title_justify="left",
+                      box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
+        for row in section.rows:
+            table.add_row(*row)
+        console.print(table)
+    click.echo(f"report: {course.relative(path) if path.is_relative_to(course.root) else path}")
 
 
 def _count(number: int, noun: str) -> str:
@@ -261,7 +269,7 @@ def _count(number: int, noun: str) -> str:
 def _gpu_name() -> str:
     gpus = doctor_checks.parse_gpus(doctor_checks.Probe().output(
         ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]))
-    return gpus[0]["name"] if gpus else "this machine's GPU"
+    return gpus[0]["name"] if gpus else "the GPU these results were measured on"
 
 
 TOOL_COMMANDS = (watch, profile, sanitize, doctor, compare, report)
