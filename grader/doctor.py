@@ -18,7 +18,7 @@ MIN_SM = 75  # CUDA 13 builds for Turing (T4) and newer; so does the course
 REQUIRED_PACKAGES = ("click", "jinja2", "rich")
 # Optional packages and what they are for (pyproject.toml's optional groups).
 OPTIONAL_PACKAGES = {"watchfiles": ("grader watch", "watch"),
-                     "matplotlib": ("the pictures of grader report", "report"),
+                     "matplotlib": ("the pictures of grader report", "plot"),
                      "pytest": ("the grader's own tests", "test")}
 PROFILING_PARAMS = Path("/proc/driver/nvidia/params")
 TREES = ("build/learner", "build/solutions")

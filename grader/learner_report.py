@@ -2,28 +2,31 @@
 
 Sections: one table per module (status, figure, % of baseline, % of the GPU's measured roofline,
 target), the roofline of the learner's GPU with each graded exercise placed on it (roofline.py),
-and each module's ladder where the module has one. A ladder comes from `grader.ladder` when
-that module exists: its `report_section(course, module, entries, out_dir, plots)` returns a
-Section (or None for a module without a ladder); `plots` says whether matplotlib may be used.
+and each module's ladder where the module has one: `grader.ladder` (module 04's SGEMM ladder)
+gives its table and its plot.
 
 The pictures need matplotlib (the `report` optional group); without it the page has the tables
 and says what to install. Everything is rendered from Section values through two Jinja2
 templates, so that Markdown and HTML say the same.
 """
+import importlib.util
+import io
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from rich.console import Console
 
 from grader import roofline
 from grader.course import Course
 from grader.manifest import Exercise, Module
 from grader.results import PASS, SOLUTION, PerfCase, format_number
 
-INSTALL_PLOTS = ("The pictures need matplotlib: python3 -m pip install -e '.[report]' "
+INSTALL_PLOTS = ("The pictures need matplotlib: python3 -m pip install -e '.[plot]' "
                  "(then run `grader report` again).")
 ROOFLINE_IMAGE = "roofline.png"
+TEXT_WIDTH = 120  # of a table drawn as text
 
 _templates = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined,
                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -37,14 +40,11 @@ class Section:
     header: list[str] = field(default_factory=list)
     rows: list[list[str]] = field(default_factory=list)
     images: list[str] = field(default_factory=list)  # file names beside the report
+    preformatted: str = ""  # a table drawn as text (a ladder)
 
 
 def plots_available() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def cases_of(entry: dict | None) -> list[PerfCase]:
@@ -140,16 +140,31 @@ def _flops_text(flop_s: float | None) -> str:
 
 def ladder_sections(course: Course, modules: list[Module], entries: dict[str, dict],
                     out_dir: Path, plots: bool) -> list[Section]:
-    """Each module's ladder, from grader.ladder where that module exists."""
+    """Each selected module's ladder, where grader.ladder knows one (ladder.LADDERS): its table
+    as ladder.ladder_table draws it, and its plot beside the report."""
     try:
         from grader import ladder
-    except ImportError:
+    except ImportError:  # no module has a ladder yet
         return []
-    make = getattr(ladder, "report_section", None)
-    if make is None:
-        return []
-    sections = [make(course, module, entries, out_dir, plots) for module in modules]
-    return [section for section in sections if section is not None]
+    sections = []
+    for module in modules:
+        if module.name not in ladder.LADDERS:
+            continue
+        rungs = ladder.read_ladder(course, module.name, entries)
+        console = Console(width=TEXT_WIDTH, record=True, file=io.StringIO())
+        console.print(ladder.ladder_table(module.name, rungs))
+        images = []
+        if plots and any(rung.points for rung in rungs):
+            image = f"{module.name}_ladder.png"
+            ladder.plot_ladder(module.name, rungs, out_dir / image)
+            images.append(image)
+        sections.append(Section(f"{module.name}: the ladder",
+                                preformatted=_text_of(console), images=images))
+    return sections
+
+
+def _text_of(console: Console) -> str:
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines()).strip("\n")
 
 
 def build_report(course: Course, modules: list[Module], entries: dict[str, dict],

@@ -3,15 +3,15 @@
 One launch of the exercise's own kernel is profiled (the kernels its stub or solution defines,
 found in the source; not the baseline, not the harness's L2 flush), inside the checker's timed
 test, with a small set of sections. The report is then read back through `ncu --import` as CSV
-(the raw metrics page and the source page) and summarized: DRAM and SM throughput, occupancy and
-its limiter, shared-memory bank conflicts, the top warp-stall reasons and the source line with the
-most stall samples (the course builds with -lineinfo). The parsing functions take ncu's text
+(the raw metrics page and the source page) and summarized: DRAM, L2, L1 and SM throughput as %
+of peak with the busiest unit, occupancy and its limiter, shared-memory bank conflicts, the top
+warp-stall reasons and the source line with the most stall samples (the course builds with
+-lineinfo). The parsing functions take ncu's text
 and nothing else, so they are tested on recorded output (grader/tests/fixtures/ncu/).
 """
 import csv
 import io
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +22,16 @@ from grader.course import Course
 from grader.errors import UserError
 from grader.manifest import Exercise
 from grader.results import FAIL, PASS, SOLUTION, PerfCase
+from grader.tools import require_toolkit_program
 
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats",
             "MemoryWorkloadAnalysis_Tables", "SourceCounters")
-# Shared-memory instructions and the wavefronts they took: one wavefront per 32-bit access
-# instruction is conflict-free, n wavefronts is an n-way bank conflict.
+# Shared-memory instructions and the wavefronts they took, for when the source view is missing:
+# one wavefront per 32-bit access instruction is conflict-free, n is an n-way bank conflict.
 SHARED_METRICS = ("smsp__sass_inst_executed_op_shared_ld.sum",
                   "smsp__sass_inst_executed_op_shared_st.sum",
                   "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
-                  "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
-                  "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
-                  "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
+                  "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum")
 PROFILES_DIR = "profiles"
 NCU_TIMEOUT_S = 600
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
@@ -70,6 +69,9 @@ STALL_MEANINGS = {
     "imc_miss": "waiting for the constant cache (kernel arguments, __constant__ data)",
     "branch_resolving": "waiting for a branch target to be computed",
     "no_instruction": "the next instruction is not in the instruction cache",
+    "no_instructions": "the next instruction is not in the instruction cache",
+    "gmma": "waiting for a warpgroup matrix multiply (wgmma) to finish",
+    "warpgroup_arrive": "waiting at a warpgroup arrive/wait for wgmma operands",
     "not_selected": "ready, but another warp was chosen: enough warps are eligible (harmless)",
     "selected": "issuing an instruction (not a stall)",
     "sleeping": "the warp sleeps (__nanosleep)",
@@ -93,7 +95,8 @@ STALL_FAMILIES = (re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_iss
 SAMPLE_COLUMNS = ("Warp Stall Sampling (All Samples)", "Warp Stall Sampling (All Cycles)",
                   "# Samples")
 LATENCY_BOUND_PCT = 60.0
-# Wavefronts per 32-bit shared-memory instruction from which a bank conflict is reported.
+# Shared-memory wavefronts per wavefront needed (per 32-bit instruction, without the source
+# view) from which a bank conflict is reported: ncu counts a few extra that are no conflict.
 CONFLICT_WAYS = 1.5
 TOP_STALLS = 3
 
@@ -432,15 +435,6 @@ class ProfileRun:
     lines: list[SourceLine]
 
 
-def require_ncu() -> str:
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise UserError("ncu (Nsight Compute) not found on PATH: it comes with the CUDA toolkit "
-                        "(add the toolkit's bin folder, e.g. /usr/local/cuda/bin, to PATH), or "
-                        "install it from NVIDIA's Nsight Compute page; `grader doctor` checks it")
-    return ncu
-
-
 def choose_case(exercise: Exercise, timed: list[PerfCase], label: str | None) -> PerfCase:
     """The case named `label`, else the first timed against the manifest's baseline."""
     if not timed:
@@ -469,7 +463,7 @@ def ncu_command(ncu: str, exe: Path, test: str, kernels: list[str], report: Path
 
 def profile(course: Course, exercise: Exercise, variant: str, log: Log, case_label: str | None,
             kernel: str | None, launches: int) -> ProfileRun:
-    ncu = require_ncu()
+    ncu = require_toolkit_program("ncu", "ncu (Nsight Compute)")
     tree = built_tree(course, exercise, variant, log)
     cases = checker_cases(tree, exercise, log)
     if cases.status not in (PASS, FAIL):

@@ -10,7 +10,6 @@ tested on recorded output (grader/tests/fixtures/sanitizer/).
 """
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,8 @@ from pathlib import Path
 from grader.build import Log
 from grader.cases import built_tree, checker_cases
 from grader.course import Course
-from grader.errors import UserError
 from grader.manifest import Exercise
+from grader.tools import require_toolkit_program
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 EXACT_ALLOCATIONS_ENV = {"COURSE_EXACT_ALLOCATIONS": "1"}
@@ -110,15 +109,6 @@ def source_locator(course: Course, sources: list[Path]):
     return relative
 
 
-def require_sanitizer() -> str:
-    sanitizer = shutil.which("compute-sanitizer")
-    if sanitizer is None:
-        raise UserError("compute-sanitizer not found on PATH: it comes with the CUDA toolkit (add "
-                        "the toolkit's bin folder, e.g. /usr/local/cuda/bin, to PATH); "
-                        "`grader doctor` checks it")
-    return sanitizer
-
-
 def gtest_filter(timed_tests: list[str]) -> str:
     """Every test but the timed ones."""
     return f"--gtest_filter=-{':'.join(timed_tests)}" if timed_tests else "--gtest_filter=*"
@@ -140,7 +130,7 @@ class SanitizeRun:
 
 def sanitize(course: Course, exercise: Exercise, variant: str, tools: tuple[str, ...],
              log: Log) -> SanitizeRun:
-    sanitizer = require_sanitizer()
+    sanitizer = require_toolkit_program("compute-sanitizer", "compute-sanitizer")
     tree = built_tree(course, exercise, variant, log)
     timed = [case.test for case in checker_cases(tree, exercise, log).timed]
     logs = tree.path / LOGS_DIR

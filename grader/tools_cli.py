@@ -259,6 +259,9 @@ def report(context: click.Context, selector: str, solutions: bool, html: bool,
         for row in section.rows:
             table.add_row(*row)
         console.print(table)
+    for section in sections[len(modules):]:
+        if section.preformatted:  # a ladder
+            console.print(Text(section.preformatted))
     click.echo(f"report: {course.relative(path) if path.is_relative_to(course.root) else path}")
 
 

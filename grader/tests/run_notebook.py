@@ -7,6 +7,7 @@ included, and the executed notebook is written beside the original as *.executed
 it the code cells run as one Python script (`!command` lines through the shell), which proves the
 commands but not the notebook format. Exit status 1 if a cell failed. test_notebook.py uses it.
 """
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -64,9 +65,7 @@ def as_script(notebook) -> str:
 def main() -> int:
     path = Path(sys.argv[1]).resolve()
     notebook = nbformat.read(path, as_version=4)
-    try:
-        import nbclient  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("nbclient") is None:
         print("nbclient is not installed: running the code cells as a script")
         return subprocess.run([sys.executable, "-c", as_script(notebook)],
                               cwd=path.parent).returncode

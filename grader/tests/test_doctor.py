@@ -1,9 +1,5 @@
 """grader doctor: each check against a made-up machine (a Probe that answers from a table), and
 the command on this machine."""
-from pathlib import Path
-
-import pytest
-
 from grader import doctor
 from grader.doctor import OK, PROBLEM, WARNING
 

@@ -62,6 +62,25 @@ def test_the_naive_transpose_has_no_shared_memory_and_waits_on_l2():
     assert "drain" in text.split("stalls")[1].splitlines()[1]
 
 
+def test_without_the_source_view_bank_conflicts_come_from_the_kernels_metrics():
+    padded, _ = recorded("transpose_padded")
+    unpadded, _ = recorded("transpose_unpadded")
+    padded_text = "\n".join(profile.summarize(padded, []))
+    unpadded_text = "\n".join(profile.summarize(unpadded, []))
+    # 1.1 wavefronts per load instruction on the padded tile: no conflict to speak of.
+    assert "loads 1.1 wavefronts per instruction" in padded_text
+    assert "(no bank conflicts to speak of)" in padded_text
+    assert "loads 32.5 wavefronts per instruction" in unpadded_text
+    assert "(a 32-way bank conflict)" in unpadded_text
+    assert "no source line" in unpadded_text
+
+
+def test_every_stall_reason_of_the_recording_has_its_meaning():
+    kernel, _ = recorded("transpose_unpadded")
+    reasons = {name for name, _ in profile.stall_reasons(kernel)}
+    assert reasons <= set(profile.STALL_MEANINGS)
+
+
 def test_stall_reasons_are_shares_of_the_stalls_without_selected():
     kernel, _ = recorded("transpose_unpadded")
     reasons = profile.stall_reasons(kernel)

@@ -98,20 +98,40 @@ def test_the_roofline_picture_is_drawn_with_matplotlib(course, entries, tmp_path
     assert (tmp_path / learner_report.ROOFLINE_IMAGE).read_bytes()[:4] == b"\x89PNG"
 
 
+def fake_ladder(calls: list):
+    """grader.ladder's interface (module 04's SGEMM ladder): the modules that have one, their
+    rungs from the results, the table, the plot."""
+    from rich.table import Table
+
+    def read_ladder(course_, module, entries_):
+        calls.append(("read", module))
+        return [types.SimpleNamespace(points=(1,))]
+
+    def ladder_table(module, rungs):
+        table = Table("rung", "4096")
+        table.add_row("sgemm_naive", "6.8 (14%)")
+        return table
+
+    def plot_ladder(module, rungs, path):
+        calls.append(("plot", path.name))
+        path.write_bytes(b"\x89PNG")
+    return types.SimpleNamespace(LADDERS={"02_memory": ()}, read_ladder=read_ladder,
+                                 ladder_table=ladder_table, plot_ladder=plot_ladder)
+
+
 def test_a_modules_ladder_plugs_in(course, entries, tmp_path, monkeypatch):
     calls = []
-
-    def report_section(course_, module, entries_, out_dir, plots):
-        calls.append(module.name)
-        return learner_report.Section(f"Ladder of {module.name}", ["climbing"]) \
-            if module.name == "02_memory" else None
-    monkeypatch.setitem(sys.modules, "grader.ladder",
-                        types.SimpleNamespace(report_section=report_section))
+    monkeypatch.setitem(sys.modules, "grader.ladder", fake_ladder(calls))
     modules = [m for m in course.modules if m.name in ("01_basics", "02_memory")]
     sections = learner_report.build_report(course, modules, entries, "H100", tmp_path,
-                                           plots=False, variant="solution")
-    assert calls == ["01_basics", "02_memory"]
-    assert sections[-1].title == "Ladder of 02_memory"
+                                           plots=True, variant="solution")
+    ladder = sections[-1]
+    assert calls == [("read", "02_memory"), ("plot", "02_memory_ladder.png")]
+    assert ladder.title == "02_memory: the ladder" and ladder.images == ["02_memory_ladder.png"]
+    assert "sgemm_naive" in ladder.preformatted and "6.8 (14%)" in ladder.preformatted
+    markdown = learner_report.render(sections, "t", html=False)
+    assert "```\n" + ladder.preformatted + "\n```" in markdown
+    assert "![02_memory: the ladder](02_memory_ladder.png)" in markdown
 
 
 def test_the_command_writes_the_report_beside_its_picture(tmp_path):

@@ -1,7 +1,5 @@
 """grader watch: which exercises a change re-grades, the hint offered after a failure, and the
 loop itself with a made-up stream of changes (watchfiles is not needed for these)."""
-from pathlib import Path
-
 from grader import hints, tools_cli
 from grader.course import load_course, select
 from grader.results import FAIL, PASS, SKIPPED, TODO, Outcome, Result
