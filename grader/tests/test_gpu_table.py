@@ -1,4 +1,7 @@
-"""`grader gpu`: the table from a recorded course_gpu_table output, and the line without a GPU."""
+"""`grader gpu`: the table from a recorded course_gpu_table output, and the line without a GPU.
+
+data/gpu_table_h100.txt is course_gpu_table's output on the course's H100 80GB HBM3 (device tool).
+"""
 from pathlib import Path
 
 import pytest
@@ -24,8 +27,10 @@ def test_the_recorded_h100_gives_the_figures_the_notes_use():
     assert table["threads resident at once"] == "270,336"
     assert table["shared memory per block"] == "48 KiB; 227 KiB after opting in"
     assert table["L2 cache"] == "50 MiB"
+    assert table["memory bandwidth, measured"] == "2,933 GB/s"  # 2 x 512 MiB in 0.366 ms
     assert table["memory bandwidth, on paper"] == "3,352 GB/s"
     assert table["FP32 peak"] == "66.9 TFLOP/s"
+    assert table["ridge point"] == "22.8 FLOP/byte"
     assert table["thread block clusters"] == "yes"
     assert table["a 50304-float row (201,216 B) in one block's shared memory"] == "fits"
 
