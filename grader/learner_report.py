@@ -81,6 +81,7 @@ def _target(entry: dict, exercise: Exercise) -> str:
 
 def roofline_section(course: Course, entries: dict[str, dict], roofs: roofline.Roofs,
                      gpu_name: str, out_dir: Path, plots: bool) -> Section:
+    """The roofline picture and the table of what is on it."""
     points = []
     for exercise in course.exercises:
         entry = entries.get(exercise.key)
@@ -120,10 +121,12 @@ def _roofs_text(roofs: roofline.Roofs) -> str:
         parts.append("no compute roof yet (grade a matrix product, e.g. 01/naive_matmul: its "
                      "cuBLAS baseline measures it)")
     ridge = f"; they meet at {roofs.ridge:.1f} FLOP/byte" if roofs.ridge else ""
+    paper = (f" For scale, the FP32 peak on paper (`grader gpu`) is {roofs.paper_tflop_s:.1f} "
+             "TFLOP/s." if roofs.paper_tflop_s else "")
     return ("Both roofs were measured on this GPU by the course's own runs: "
             + "; ".join(parts) + ridge + ". Each exercise sits at its arithmetic intensity "
             "(FLOP per byte of compulsory DRAM traffic) and its achieved FLOP/s; the % of "
-            "roofline is its figure against the roof above it.")
+            "roofline is its figure against the roof above it." + paper)
 
 
 def _maybe(value: float | None) -> str:
@@ -168,9 +171,11 @@ def _text_of(console: Console) -> str:
 
 
 def build_report(course: Course, modules: list[Module], entries: dict[str, dict],
-                 gpu_name: str, out_dir: Path, plots: bool, variant: str) -> list[Section]:
+                 gpu_name: str, out_dir: Path, plots: bool, gpu: dict[str, str] | None = None
+                 ) -> list[Section]:
+    """The report's sections; `gpu`: grader gpu's figures of the GPU at hand, if any."""
     all_cases = [case for entry in entries.values() for case in cases_of(entry)]
-    roofs = roofline.measured_roofs(all_cases)
+    roofs = roofline.measured_roofs(all_cases, gpu)
     sections = [module_table(module, entries, roofs) for module in modules]
     sections.append(roofline_section(course, {key: entry for key, entry in entries.items()
                                               if any(key.startswith(f"{m.name}/")

@@ -5,7 +5,9 @@ Both roofs come from the course's own runs on that GPU, not from a datasheet:
   exercises in the same process;
 - the compute roof is cuBLAS SGEMM (baseline `cublas_sgemm`), timed beside the matrix products:
   what FP32 CUDA-core code reaches on that GPU in practice.
-The best figure each baseline reached in the results is used.
+The best figure each baseline reached in the results is used. Where the GPU is at hand,
+`grader gpu`'s figures (gpu_table.py) add the FP32 peak on paper, drawn above the measured roof,
+and stand in for the copy bandwidth when no result has timed one.
 
 An exercise is placed by its arithmetic intensity (FLOP per byte of the timed case's compulsory
 DRAM traffic: the manifest's optional `intensity`) and its achieved FLOP/s. The recorded metric
@@ -17,6 +19,7 @@ ridge point is judged against the copy bandwidth, a TFLOP/s exercise above it ag
 """
 from dataclasses import dataclass
 
+from grader import gpu_table
 from grader.manifest import Exercise
 from grader.results import PerfCase
 
@@ -30,6 +33,7 @@ TERA = 1e12
 class Roofs:
     copy_gb_s: float | None  # measured device copy bandwidth
     sgemm_tflop_s: float | None  # measured cuBLAS SGEMM rate
+    paper_tflop_s: float | None = None  # the FP32 peak on paper (grader gpu), drawn only
 
     @property
     def ridge(self) -> float | None:
@@ -45,13 +49,15 @@ class Roofs:
         return min(roofs) if roofs else None
 
 
-def measured_roofs(cases: list[PerfCase]) -> Roofs:
-    """The best copy and cuBLAS SGEMM figures among the baselines of `cases`."""
+def measured_roofs(cases: list[PerfCase], gpu: dict[str, str] | None = None) -> Roofs:
+    """The best copy and cuBLAS SGEMM figures among the baselines of `cases`; `gpu`, grader
+    gpu's figures of the GPU at hand, if any, for the peak on paper and a missing copy figure."""
     def best(name: str) -> float | None:
         values = [case.baseline_value for case in cases
                   if case.baseline == name and case.baseline_value]
         return max(values) if values else None
-    return Roofs(best(COPY), best(SGEMM))
+    copy = best(COPY) or (gpu_table.copy_gb_s(gpu) if gpu else None)
+    return Roofs(copy, best(SGEMM), gpu_table.fp32_peak_tflop_s(gpu) if gpu else None)
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,9 @@ def plot(points: list[Point], roofs: Roofs, gpu_name: str, path) -> None:
     if roofs.copy_gb_s or roofs.sgemm_tflop_s:
         axes.plot(xs, [roofs.roof_flop_s(x) for x in xs], color="black", linewidth=2,
                   label=_roof_label(roofs))
+    if roofs.paper_tflop_s:
+        axes.axhline(roofs.paper_tflop_s * TERA, color="grey", linestyle="--", linewidth=1,
+                     label=f"FP32 peak on paper {roofs.paper_tflop_s:.1f} TFLOP/s")
     if roofs.ridge:
         axes.axvline(roofs.ridge, color="grey", linestyle=":", linewidth=1)
         axes.annotate(f"ridge {roofs.ridge:.0f} FLOP/B", (roofs.ridge, _bottom(placed, roofs)),

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grader import doctor as doctor_checks
-from grader import learner_report
+from grader import gpu_table, learner_report
 from grader.build import BuildTree
 from grader.compare import (compare as compare_results, gradebook, gradebook_csv,
                             gradebook_markdown, read_results, solution_entries)
@@ -245,9 +245,10 @@ def report(context: click.Context, selector: str, solutions: bool, html: bool,
     plots = learner_report.plots_available()
     if not plots:
         _log(learner_report.INSTALL_PLOTS)
-    gpu_name = _gpu_name()
+    gpu = _gpu_facts(course)
+    gpu_name = gpu["name"] if gpu else "the GPU these results were measured on"
     sections = learner_report.build_report(course, modules, entries, gpu_name, out_dir, plots,
-                                           variant)
+                                           gpu)
     path = out_dir / ("report.html" if html else "report.md")
     path.write_text(learner_report.render(sections, learner_report.title_of(variant, gpu_name),
                                           html), encoding="utf-8")
@@ -269,10 +270,15 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def _gpu_name() -> str:
-    gpus = doctor_checks.parse_gpus(doctor_checks.Probe().output(
-        ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]))
-    return gpus[0]["name"] if gpus else "the GPU these results were measured on"
+def _gpu_facts(course: Course) -> dict[str, str] | None:
+    """`grader gpu`'s figures of the GPU at hand, or None (no GPU, or they cannot be had)."""
+    if not gpu_visible():
+        return None
+    try:
+        return gpu_table.measure(course, _log)
+    except (gpu_table.GpuUnavailable, UserError) as reason:
+        _log(f"no GPU figures for the report ({reason})")
+        return None
 
 
 TOOL_COMMANDS = (watch, profile, sanitize, doctor, compare, report)

@@ -43,6 +43,16 @@ def test_the_roofs_are_the_best_copy_and_cublas_figures_of_the_runs(entries):
     assert roofs.ridge == pytest.approx(51.6241e12 / 3068.25e9)  # about 16.8 FLOP/byte
 
 
+def test_grader_gpus_figures_add_the_peak_on_paper_and_stand_in_for_a_missing_copy():
+    from grader import gpu_table
+    h100 = gpu_table.parse((Path(__file__).parent / "data/gpu_table_h100.txt").read_text())
+    sgemm_only = [case("TFLOP/s", 17.0, "cublas_sgemm", 50.0)]
+    roofs = roofline.measured_roofs(sgemm_only, h100)
+    assert roofs.paper_tflop_s == pytest.approx(66.9, abs=0.05)  # 132 x 128 x 2 x 1.98 GHz
+    assert roofs.copy_gb_s == pytest.approx(2932.8, abs=0.1)  # grader gpu's own copy
+    assert roofline.measured_roofs([case("GB/s", 2800.0)], h100).copy_gb_s == 3000.0  # results first
+
+
 def test_a_memory_bound_case_is_judged_against_the_copy_bandwidth():
     roofs = roofline.Roofs(copy_gb_s=300.0, sgemm_tflop_s=4.0)  # a T4-like GPU
     assert roofline.percent_of_roofline(case("GB/s", 270.0), 0.083, roofs) == pytest.approx(90)
@@ -74,7 +84,7 @@ def test_an_exercise_is_placed_by_its_manifests_intensity(course):
 def test_the_report_has_the_module_table_and_the_roofline(course, entries, tmp_path):
     modules = [m for m in course.modules if m.name == "02_memory"]
     sections = learner_report.build_report(course, modules, entries, "NVIDIA H100 80GB HBM3",
-                                           tmp_path, plots=False, variant="solution")
+                                           tmp_path, plots=False)
     table, roof = sections
     rows = {row[0]: row for row in table.rows if row[0]}
     assert rows["transpose"][1:5] == ["pass", "16384x16384", "2802.0 GB/s", "copy 92.5%"]
@@ -93,7 +103,7 @@ def test_the_roofline_picture_is_drawn_with_matplotlib(course, entries, tmp_path
     pytest.importorskip("matplotlib")
     modules = [m for m in course.modules if m.name == "02_memory"]
     sections = learner_report.build_report(course, modules, entries, "H100", tmp_path,
-                                           plots=True, variant="solution")
+                                           plots=True)
     assert sections[1].images == [learner_report.ROOFLINE_IMAGE]
     assert (tmp_path / learner_report.ROOFLINE_IMAGE).read_bytes()[:4] == b"\x89PNG"
 
@@ -124,7 +134,7 @@ def test_a_modules_ladder_plugs_in(course, entries, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "grader.ladder", fake_ladder(calls))
     modules = [m for m in course.modules if m.name in ("01_basics", "02_memory")]
     sections = learner_report.build_report(course, modules, entries, "H100", tmp_path,
-                                           plots=True, variant="solution")
+                                           plots=True)
     ladder = sections[-1]
     assert calls == [("read", "02_memory"), ("plot", "02_memory_ladder.png")]
     assert ladder.title == "02_memory: the ladder" and ladder.images == ["02_memory_ladder.png"]
