@@ -1,9 +1,15 @@
 """grader watch: which exercises a change re-grades, the hint offered after a failure, and the
-loop itself with a made-up stream of changes (watchfiles is not needed for these)."""
+loop itself with a made-up stream of changes, and watchfiles seeing a real save."""
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
 from grader import hints, tools_cli
 from grader.course import load_course, select
 from grader.results import FAIL, PASS, SKIPPED, TODO, Outcome, Result
-from grader.watch import changed_exercises, hint_offers, watch, watched_files
+from grader.watch import _watch_folders, changed_exercises, hint_offers, watch, watched_files
 
 from .conftest import invoke
 
@@ -88,3 +94,23 @@ def test_without_watchfiles_the_command_says_what_to_install(course, monkeypatch
     run = invoke(course, "watch", "01/passes")
     assert run.exit_code == 2
     assert "pip install -e '.[watch]'" in run.stderr
+
+
+def test_watchfiles_reports_a_save_of_a_watched_file_only(course):
+    pytest.importorskip("watchfiles")
+    loaded = load_course(course)
+    exercises = select(loaded, "01/passes")
+    files = watched_files(loaded, exercises, "learner")
+    changes = _watch_folders(files)
+    stub = course / "modules/01_fixture/passes.cpp"
+    other = course / "modules/01_fixture/mismatch.cpp"
+
+    def save_later():
+        time.sleep(0.5)
+        other.write_text(other.read_text() + "\n")  # not watched: filtered out
+        stub.write_text(stub.read_text() + "\n// saved\n")
+    threading.Thread(target=save_later, daemon=True).start()
+    batch = next(iter(changes))
+    assert [e.id for e in changed_exercises((path for _, path in batch), files, exercises)] == [
+        "passes"]
+    assert all(Path(path).resolve() == stub.resolve() for _, path in batch)
