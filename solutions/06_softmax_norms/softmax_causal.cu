@@ -105,23 +105,23 @@ __global__ void __launch_bounds__(256)
 
 // The online normalizer of softmax_online, with the scale folded into the exponents.
 // "Nothing seen yet" is {-FLT_MAX, 0} so that merging two empty states gives no NaN.
-struct MaxSum {
+struct SoftmaxState {
     float max;  // largest raw score seen
     float sum;  // sum of exp((score - max) * scale) over the scores seen
 };
 
-__device__ MaxSum merge(MaxSum a, MaxSum b, float scale) {
+__device__ SoftmaxState merge(SoftmaxState a, SoftmaxState b, float scale) {
     const float max = fmaxf(a.max, b.max);
     return {max, a.sum * expf((a.max - max) * scale) + b.sum * expf((b.max - max) * scale)};
 }
 
 template <class Vec>
-__device__ MaxSum add(MaxSum state, Vec v, float scale) {
+__device__ SoftmaxState add(SoftmaxState state, Vec v, float scale) {
     const float max = fmaxf(state.max, max_of(v));
     return {max, state.sum * expf((state.max - max) * scale) + sum_of(exp_scaled(v, max, scale))};
 }
 
-__device__ MaxSum warp_merge(MaxSum s, float scale) {
+__device__ SoftmaxState warp_merge(SoftmaxState s, float scale) {
     for (int offset = 16; offset > 0; offset /= 2)
         s = merge(s, {__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)}, scale);
     return s;
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // Pass 1, over the live part only: each thread's (max, sum), then the block's (lane 0 of
     // each warp posts its warp's state; after the barrier every warp merges the posted ones).
-    MaxSum state{-FLT_MAX, 0.0f};
+    SoftmaxState state{-FLT_MAX, 0.0f};
 #pragma unroll 4
     for (int k = threadIdx.x; k < live_vecs; k += kThreads)
         state = add(state, masked(s[k], k * kFloatsPerVec, i), scale);
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
         sum_partials[warp] = state.sum;
     }
     __syncthreads();
-    state = warp_merge(lane < kWarps ? MaxSum{max_partials[lane], sum_partials[lane]} : MaxSum{-FLT_MAX, 0.0f}, scale);
+    state = warp_merge(lane < kWarps ? SoftmaxState{max_partials[lane], sum_partials[lane]} : SoftmaxState{-FLT_MAX, 0.0f}, scale);
 
     // Pass 2 writes the whole row: the live part from a second read (its last use: __ldcs and
     // __stcs mark the lines evict-first, so they do not crowd out rows other blocks still read),

@@ -2,8 +2,8 @@
 //
 //   course::DeviceBuffer<float> out("out", n);      // every element holds the NaN poison
 //   run_learner(out.data(), n);
-//   EXPECT_TRUE(out.redzones_intact());             // "wrote past the end of `out` ..."
 //   EXPECT_TRUE(course::expect_close(out.download(), want, tol, {"out"}));
+//   // when `out` goes out of scope its redzones are checked: "wrote past the end of `out` ..."
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,7 +19,9 @@
 namespace course {
 
 // Raw bytes with a redzone on each side. The redzones hold a canary byte pattern; any change to
-// them is an out-of-bounds write by the code under test, reported with the buffer's name.
+// them is an out-of-bounds write by the code under test, reported with the buffer's name as a
+// failure of the current test when the buffer is destroyed (so every buffer of every checker is
+// checked without a line of its own), or earlier by redzones_intact().
 class DeviceAllocation {
 public:
     static constexpr std::size_t kRedzoneBytes = 64 * 1024;
@@ -40,6 +42,7 @@ public:
     void upload(const void* host, std::size_t bytes);
     void download(void* host, std::size_t bytes) const;
     // Checks both canaries, then re-arms them so that a later check reports only new damage.
+    // The destructor calls it too; call it yourself only to check before the buffer goes.
     testing::AssertionResult redzones_intact();
 
 private:
