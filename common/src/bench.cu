@@ -22,11 +22,12 @@ __global__ void read_through_kernel(const float4* buffer, std::size_t count, flo
         const float4 v = buffer[i];
         sum += v.x + v.y + v.z + v.w;
     }
-    if (sum == 12345.678f) *sink = sum;  // never true (the buffer is zeros), but the reads must stay
+    if (sum == 12345.678f)
+        *sink = sum;  // never true (the buffer is zeros), but the reads must stay
 }
 
 class L2Flusher {
-public:
+  public:
     L2Flusher() : bytes_(std::max<std::size_t>(2 * gpu().l2_bytes, 32u << 20)) {
         CUDA_CHECK(cudaMalloc(&buffer_, bytes_ + sizeof(float)));
         CUDA_CHECK(cudaMemset(buffer_, 0, bytes_ + sizeof(float)));
@@ -41,7 +42,7 @@ public:
         CUDA_CHECK_LAUNCH();
     }
 
-private:
+  private:
     std::size_t bytes_;
     void* buffer_ = nullptr;
 };
@@ -52,7 +53,7 @@ L2Flusher& flusher() {
 }
 
 class EventPair {
-public:
+  public:
     EventPair() {
         CUDA_CHECK(cudaEventCreate(&start_));
         CUDA_CHECK(cudaEventCreate(&stop_));
@@ -73,7 +74,7 @@ public:
         return ms;
     }
 
-private:
+  private:
     cudaEvent_t start_{}, stop_{};
 };
 
@@ -140,11 +141,12 @@ void record(const PerfCase& perf) {
     Test::RecordProperty("perf_spread_pct", text(t.spread_pct));
     Test::RecordProperty("perf_samples", t.samples);
     Test::RecordProperty("perf_baseline_median_ms", text(perf.timing.baseline.median_ms));
-    std::printf("[perf] %s: %.1f %s (median %.4f ms, min %.4f, spread %.1f%%, %d samples) | %s "
-                "%.1f %s (median %.4f ms) | %.1f%%\n",
-                perf.label.c_str(), perf.value, perf.metric.c_str(), t.median_ms, t.min_ms,
-                t.spread_pct, t.samples, perf.baseline.c_str(), perf.baseline_value,
-                perf.metric.c_str(), perf.timing.baseline.median_ms, 100.0 * ratio);
+    std::printf(
+        "[perf] %s: %.1f %s (median %.4f ms, min %.4f, spread %.1f%%, %d samples) | %s "
+        "%.1f %s (median %.4f ms) | %.1f%%\n",
+        perf.label.c_str(), perf.value, perf.metric.c_str(), t.median_ms, t.min_ms, t.spread_pct,
+        t.samples, perf.baseline.c_str(), perf.baseline_value, perf.metric.c_str(),
+        perf.timing.baseline.median_ms, 100.0 * ratio);
 }
 
 }  // namespace

@@ -92,8 +92,8 @@ void DeviceAllocation::download(void* host, std::size_t bytes) const {
 testing::AssertionResult DeviceAllocation::redzones_intact() {
     std::vector<unsigned char> before(kRedzoneBytes), after(kRedzoneBytes);
     char* payload = static_cast<char*>(data());
-    CUDA_CHECK(cudaMemcpy(before.data(), payload - kRedzoneBytes, kRedzoneBytes,
-                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(before.data(), payload - kRedzoneBytes, kRedzoneBytes, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(after.data(), payload + bytes_, kRedzoneBytes, cudaMemcpyDeviceToHost));
     const std::string past_end = damage(after, true), before_start = damage(before, false);
     if (past_end.empty() && before_start.empty()) return testing::AssertionSuccess();

@@ -127,7 +127,7 @@ __device__ void scan_rows_in_warps(const int* in, std::size_t first, std::size_t
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) v[r] = load_four(in, first + r * kRowItems, n);
-    // 12 independent shuffle chains, which the compiler interleaves.
+        // 12 independent shuffle chains, which the compiler interleaves.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         v[r].y += v[r].x;

@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(readable::kThreads)
 void scan(const int* in, int* out, std::size_t n) {
     const std::size_t tiles = course::ceil_div(n, readable::kTileItems);
     StatusWord* words = readable::fresh_scratch(tiles);
-    scan_kernel<<<static_cast<unsigned>(tiles), readable::kThreads>>>(in, out, n, words + 1,
-                                                                      words);
+    scan_kernel<<<static_cast<unsigned>(tiles), readable::kThreads>>>(in, out, n, words + 1, words);
     CUDA_CHECK_LAUNCH();
 }

@@ -254,8 +254,8 @@ void launch(const float* logits, const int* targets, float* losses, float* dlogi
 
 }  // namespace
 
-void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits,
-                   int rows, int vocab) {
+void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits, int rows,
+                   int vocab) {
     // float4 needs every row start on a 16-byte boundary: vocab % 4 == 0 and aligned pointers.
     if (vocab % 4 == 0 && course::is_aligned(logits, 16) && course::is_aligned(dlogits, 16))
         launch<float4>(logits, targets, losses, dlogits, rows, vocab);

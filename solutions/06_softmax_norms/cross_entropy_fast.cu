@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kClusterBlock, kClusterBlocksPerSm)
     const float inv_rows = 1.0f / rows;
 #pragma unroll 4
     for (int k = slice.begin + threadIdx.x; k < slice.end; k += kClusterBlock)
-        grad[k] = readable::gradient(stage[k - slice.begin], k * course::kFloatsPerVec<Vec>,
-                                     target, row_state, inv_sum, inv_rows);
+        grad[k] = readable::gradient(stage[k - slice.begin], k * course::kFloatsPerVec<Vec>, target,
+                                     row_state, inv_sum, inv_rows);
     course::cluster_wait();  // the other blocks are done with our state
 }
 
@@ -103,8 +103,8 @@ bool launch_in_clusters(const float* logits, const int* targets, float* losses, 
 
 }  // namespace
 
-void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits,
-                   int rows, int vocab) {
+void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits, int rows,
+                   int vocab) {
     // Rows the readable solution would stage in one block's shared memory go to a cluster, where
     // this GPU has them; everything else is the readable solution's.
     const bool long_rows = vocab > readable::kRegisterBlock * readable::kCachedFloats;

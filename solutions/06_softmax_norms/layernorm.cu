@@ -167,8 +167,7 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
 #pragma unroll
     for (int j = 0; j < kVecsPerThread; ++j) {
         const int k = lane + kGroup * j;
-        if (k < vecs)
-            y_row[k] = normalize(cache[j], scale[k], shift[k], row_state.mean, row_rstd);
+        if (k < vecs) y_row[k] = normalize(cache[j], scale[k], shift[k], row_state.mean, row_rstd);
     }
 }
 

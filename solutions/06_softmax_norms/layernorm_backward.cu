@@ -35,8 +35,8 @@ __device__ RowSums row_terms(float4 x, float4 dy, float4 gamma, float row_mean, 
 }
 
 // dx = rstd * (g - mean_g - xhat * mean_g_xhat).
-__device__ float dx_of(float x, float dy, float gamma, float row_mean, float row_rstd,
-                       float mean_g, float mean_g_xhat) {
+__device__ float dx_of(float x, float dy, float gamma, float row_mean, float row_rstd, float mean_g,
+                       float mean_g_xhat) {
     const float xhat = (x - row_mean) * row_rstd;
     return row_rstd * (dy * gamma - mean_g - xhat * mean_g_xhat);
 }
@@ -82,8 +82,8 @@ __global__ void layernorm_backward_dx_kernel(const float* __restrict__ x,
                                              const float* __restrict__ dy,
                                              const float* __restrict__ gamma,
                                              const float* __restrict__ mean,
-                                             const float* __restrict__ rstd,
-                                             float* __restrict__ dx, int cols) {
+                                             const float* __restrict__ rstd, float* __restrict__ dx,
+                                             int cols) {
     const std::size_t row = blockIdx.x;
     const std::size_t first = row * cols;  // 64-bit offset: rows * cols can pass 2^31
     const Vec* x_row = reinterpret_cast<const Vec*>(x + first);
@@ -115,13 +115,10 @@ __global__ void layernorm_backward_dx_kernel(const float* __restrict__ x,
 constexpr int kColumns = 32;
 constexpr int kRowLanes = 32;
 
-__global__ void layernorm_backward_dgamma_dbeta_kernel(const float* __restrict__ x,
-                                                       const float* __restrict__ dy,
-                                                       const float* __restrict__ mean,
-                                                       const float* __restrict__ rstd,
-                                                       float* __restrict__ dgamma,
-                                                       float* __restrict__ dbeta, int rows,
-                                                       int cols) {
+__global__ void layernorm_backward_dgamma_dbeta_kernel(
+    const float* __restrict__ x, const float* __restrict__ dy, const float* __restrict__ mean,
+    const float* __restrict__ rstd, float* __restrict__ dgamma, float* __restrict__ dbeta, int rows,
+    int cols) {
     __shared__ float partial_dgamma[kRowLanes][kColumns];
     __shared__ float partial_dbeta[kRowLanes][kColumns];
     const int col = blockIdx.x * kColumns + threadIdx.x;

@@ -8,7 +8,8 @@
 // GPUs without clusters, take the readable solution's path. The module README compares the two.
 //
 // Run:  grader run 06/layernorm --solutions       (the "layernorm (fast)" row)
-// Contract: layernorm.h                Notes:  notes/06_softmax_norms.md, dev/tuning/06_softmax_norms.md
+// Contract: layernorm.h                Notes:  notes/06_softmax_norms.md,
+// dev/tuning/06_softmax_norms.md
 #include <cstddef>
 
 #include "course/exercise.h"
@@ -125,8 +126,8 @@ __global__ void __launch_bounds__(kClusterBlock, kClusterBlocksPerSm)
         for (int j = 0; j < kWritesInFlight; ++j) {
             const int k = first + kClusterBlock * j;
             if (k < slice.end)
-                __stcs(y_row + k, readable::normalize(in[j], scales[j], shifts[j], row_state.mean,
-                                                      row_rstd));
+                __stcs(y_row + k,
+                       readable::normalize(in[j], scales[j], shifts[j], row_state.mean, row_rstd));
         }
     }
     course::cluster_wait();  // the other blocks are done with our state
@@ -136,8 +137,8 @@ template <class Vec>
 bool launch_in_clusters(const float* x, const float* gamma, const float* beta, float* y,
                         float* mean, float* rstd, int rows, int cols) {
     return course::launch_split_rows<layernorm_in_cluster<Vec>>(
-        rows, cols / course::kFloatsPerVec<Vec>, sizeof(Vec), kClusterBlock, kHeldVecs,
-        kSliceBytes, x, gamma, beta, y, mean, rstd, cols);
+        rows, cols / course::kFloatsPerVec<Vec>, sizeof(Vec), kClusterBlock, kHeldVecs, kSliceBytes,
+        x, gamma, beta, y, mean, rstd, cols);
 }
 
 }  // namespace

@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(kClusterBlock, kClusterBlocksPerSm)
         }
     }
     squares = readable::group_sum<kClusterBlock>(squares);
-    squares = course::cluster_reduce(squares, &block_squares,
-                                     [](float a, float b) { return a + b; });
+    squares =
+        course::cluster_reduce(squares, &block_squares, [](float a, float b) { return a + b; });
     course::cluster_arrive();  // done reading the other blocks' sums
     const float scale = readable::rms_scale(squares, cols);
 

@@ -223,8 +223,8 @@ void launch(const float* in, float* out, int rows, int cols) {
         static const std::size_t capacity = course::opt_in_shared_bytes(softmax_in_shared<Vec>);
         const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
         const bool staged = row_bytes <= capacity;
-        softmax_in_shared<Vec><<<rows, kStagedBlock, staged ? row_bytes : 0>>>(in, out, cols,
-                                                                               staged);
+        softmax_in_shared<Vec>
+            <<<rows, kStagedBlock, staged ? row_bytes : 0>>>(in, out, cols, staged);
     }
     CUDA_CHECK_LAUNCH();
 }

@@ -71,8 +71,7 @@ __global__ void __launch_bounds__(kClusterBlock, kClusterBlocksPerSm)
             }
         }
     }
-    float row_max =
-        readable::row_reduce<kClusterBlock>(thread_max, Max{}, -INFINITY, max_partials);
+    float row_max = readable::row_reduce<kClusterBlock>(thread_max, Max{}, -INFINITY, max_partials);
     row_max = course::cluster_reduce(row_max, &block_max, Max{});
 
     // Pass 2, from the stage: the sum of exponentials.

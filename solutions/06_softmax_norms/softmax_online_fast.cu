@@ -70,9 +70,8 @@ __global__ void __launch_bounds__(kClusterBlock, kClusterBlocksPerSm)
         }
     }
     state = readable::group_merge<kClusterBlock>(state);
-    state = course::cluster_reduce(state, &block_state, [](SoftmaxState a, SoftmaxState b) {
-        return readable::merge(a, b);
-    });
+    state = course::cluster_reduce(
+        state, &block_state, [](SoftmaxState a, SoftmaxState b) { return readable::merge(a, b); });
     course::cluster_arrive();  // done reading the other blocks' states
 
     // Pass 2: the write, from the stage.

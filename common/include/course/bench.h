@@ -16,16 +16,16 @@
 namespace course {
 
 struct BenchOptions {
-    int warmup = 3;             // untimed calls first: module load, cuBLAS handles, clocks ramp up
-    int min_samples = 25;       // at least this many timed samples of each side
-    double min_time_ms = 200;   // ... and at least this much timed work on the learner's side
-    int max_samples = 400;      // bound on both (for very short kernels)
+    int warmup = 3;            // untimed calls first: module load, cuBLAS handles, clocks ramp up
+    int min_samples = 25;      // at least this many timed samples of each side
+    double min_time_ms = 200;  // ... and at least this much timed work on the learner's side
+    int max_samples = 400;     // bound on both (for very short kernels)
 };
 
 struct TimingStats {
     double median_ms = 0;
     double min_ms = 0;
-    double spread_pct = 0;      // (90th - 10th percentile) / median
+    double spread_pct = 0;  // (90th - 10th percentile) / median
     int samples = 0;
 };
 

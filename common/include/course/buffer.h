@@ -23,7 +23,7 @@ namespace course {
 // failure of the current test when the buffer is destroyed (so every buffer of every checker is
 // checked without a line of its own), or earlier by redzones_intact().
 class DeviceAllocation {
-public:
+  public:
     static constexpr std::size_t kRedzoneBytes = 64 * 1024;
 
     DeviceAllocation(std::string name, std::size_t bytes, std::size_t element_bytes,
@@ -45,7 +45,7 @@ public:
     // The destructor calls it too; call it yourself only to check before the buffer goes.
     testing::AssertionResult redzones_intact();
 
-private:
+  private:
     std::string name_;
     std::size_t bytes_;
     std::size_t element_bytes_;
@@ -55,10 +55,12 @@ private:
 
 template <class T>
 class DeviceBuffer {
-public:
+  public:
     DeviceBuffer(std::string name, std::size_t count)
-        : alloc_(std::move(name), count * sizeof(T), sizeof(T), poison_pattern<T>()), count_(count) {}
-    DeviceBuffer(std::string name, const std::vector<T>& host) : DeviceBuffer(std::move(name), host.size()) {
+        : alloc_(std::move(name), count * sizeof(T), sizeof(T), poison_pattern<T>()),
+          count_(count) {}
+    DeviceBuffer(std::string name, const std::vector<T>& host)
+        : DeviceBuffer(std::move(name), host.size()) {
         upload(host);
     }
 
@@ -80,7 +82,7 @@ public:
     void poison() { alloc_.poison(); }
     testing::AssertionResult redzones_intact() { return alloc_.redzones_intact(); }
 
-private:
+  private:
     DeviceAllocation alloc_;
     std::size_t count_;
 };

@@ -31,8 +31,7 @@ struct RowSplit {
     std::size_t stage_bytes;  // shared memory the longest slice needs, less `held_vecs`
 };
 
-inline RowSplit split_row(int vecs, std::size_t vec_bytes, std::size_t slice_bytes,
-                          int held_vecs) {
+inline RowSplit split_row(int vecs, std::size_t vec_bytes, std::size_t slice_bytes, int held_vecs) {
     const auto blocks = static_cast<unsigned>(ceil_div(vecs * vec_bytes, slice_bytes));
     // The first slice is the longest.
     const Slice first = cluster_slice(vecs, blocks, 0, static_cast<int>(kSliceAlign / vec_bytes));

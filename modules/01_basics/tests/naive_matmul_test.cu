@@ -40,9 +40,9 @@ TEST_F(NaiveMatmul, SmallShapes) {
     // 1x1x1: one thread, the rest of its block must stay out; 31x33x17 and 127x129x131: nothing
     // is a multiple of anything and M != N; 64x64x64: whole blocks only; 1x300x7 and 300x1x7: a
     // row and a column vector (M and N swapped land far off); K = 1: a single product.
-    for (const Shape shape : {Shape{1, 1, 1}, Shape{31, 33, 17}, Shape{64, 64, 64},
-                              Shape{127, 129, 131}, Shape{1, 300, 7}, Shape{300, 1, 7},
-                              Shape{33, 31, 1}}) {
+    for (const Shape shape :
+         {Shape{1, 1, 1}, Shape{31, 33, 17}, Shape{64, 64, 64}, Shape{127, 129, 131},
+          Shape{1, 300, 7}, Shape{300, 1, 7}, Shape{33, 31, 1}}) {
         SCOPED_TRACE(describe(shape));
         const auto a = course::random_floats(shape.M * shape.K, -1.0f, 1.0f, rng);
         const auto b = course::random_floats(shape.K * shape.N, -1.0f, 1.0f, rng);

@@ -56,9 +56,9 @@ TEST_F(SaxpyVec4, EdgeSizesAndOffsets) {
     // aligned; 31, 33: around a warp; 1009: prime; 2^24 + 3: many blocks and a 3-float tail.
     // With the 4 offsets this covers every head length (0..3) and every tail length (0..3).
     for (std::size_t offset = 0; offset < 4; ++offset) {
-        for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{5},
-                              std::size_t{31}, std::size_t{33}, std::size_t{1009},
-                              (std::size_t{1} << 24) + 3}) {
+        for (std::size_t n :
+             {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{5}, std::size_t{31},
+              std::size_t{33}, std::size_t{1009}, (std::size_t{1} << 24) + 3}) {
             check_case(offset, n, rng);
         }
     }
@@ -98,7 +98,8 @@ TEST_F(SaxpyVec4, Bandwidth) {
     for (std::size_t i = 0; i < n; ++i) want[i] = y[i] + calls * (static_cast<double>(a) * x[i]);
     EXPECT_TRUE(course::expect_close(d_y.download(), want, course::Tolerance::exact(), {"y"}));
     // saxpy reads x and y and writes y: 3 * 4n bytes. The copy reads and writes 4n bytes each.
-    course::record_bandwidth("n=2^25", timing, 3.0 * sizeof(float) * n, "copy", 2.0 * sizeof(float) * n);
+    course::record_bandwidth("n=2^25", timing, 3.0 * sizeof(float) * n, "copy",
+                             2.0 * sizeof(float) * n);
 }
 
 }  // namespace

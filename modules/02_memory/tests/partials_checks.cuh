@@ -136,7 +136,8 @@ inline void time_bandwidth(const Exercise& ex, course::Rng& rng) {
                                      course::Tolerance::float32(ex.slice, 0.5), {"partials"}));
     // The reduction reads the n floats once and writes `count` partials: 4 * (n + count) bytes.
     // The copy reads and writes 4n bytes each.
-    course::record_bandwidth("n=2^26", timing, sizeof(float) * (n + count), "copy", 2.0 * sizeof(float) * n);
+    course::record_bandwidth("n=2^26", timing, sizeof(float) * (n + count), "copy",
+                             2.0 * sizeof(float) * n);
 }
 
 }  // namespace partials_checks

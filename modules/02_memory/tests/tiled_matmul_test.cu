@@ -16,9 +16,7 @@ class TiledMatmul : public course::GpuTest {};
 
 // Each element of C is a float32 dot product of K terms a * b with a, b uniform in [-1, 1):
 // |a * b| is 0.25 on average.
-course::Tolerance dot_tolerance(int K) {
-    return course::Tolerance::float32(K, 0.25);
-}
+course::Tolerance dot_tolerance(int K) { return course::Tolerance::float32(K, 0.25); }
 
 std::string describe_shape(int M, int N, int K) {
     return "M = " + std::to_string(M) + ", N = " + std::to_string(N) +

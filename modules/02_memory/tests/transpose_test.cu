@@ -66,7 +66,7 @@ struct LargeCase {
 };
 
 class Transpose : public course::GpuTest {
-protected:
+  protected:
     // The large case, made by the first test that needs it, with `out` poisoned again. Its
     // inputs come from a stream of their own, whichever test comes first.
     static LargeCase& large_case() {
@@ -79,7 +79,7 @@ protected:
     static std::size_t large_case_bytes_needed() { return large_ ? 0 : LargeCase::kDeviceBytes; }
     static void TearDownTestSuite() { large_.reset(); }
 
-private:
+  private:
     static inline std::unique_ptr<LargeCase> large_;
 };
 
@@ -128,7 +128,8 @@ TEST_F(Transpose, BandwidthAgainstCopy) {
 
     large.check_out();
     // The transpose reads 4 * n^2 bytes and writes as many; so does the copy.
-    course::record_bandwidth("16384x16384", timing, 2.0 * LargeCase::kBytes, "copy", 2.0 * LargeCase::kBytes);
+    course::record_bandwidth("16384x16384", timing, 2.0 * LargeCase::kBytes, "copy",
+                             2.0 * LargeCase::kBytes);
 }
 
 TEST_F(Transpose, BandwidthAgainstNaive) {
@@ -146,7 +147,8 @@ TEST_F(Transpose, BandwidthAgainstNaive) {
 
     large.check_out();
     // Both transposes read 4 * n^2 bytes and write as many.
-    course::record_bandwidth("16384x16384 vs naive", timing, 2.0 * LargeCase::kBytes, "naive_transpose", 2.0 * LargeCase::kBytes);
+    course::record_bandwidth("16384x16384 vs naive", timing, 2.0 * LargeCase::kBytes,
+                             "naive_transpose", 2.0 * LargeCase::kBytes);
 }
 
 }  // namespace

@@ -63,11 +63,11 @@ TEST_F(ReduceFull, OneHotAtBoundaries) {
     const std::size_t n = (std::size_t{1} << 20) + 3;
     std::vector<float> values(n, 0.0f);
     course::DeviceBuffer<float> in("in", n);
-    for (std::size_t position : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32},
-                                 std::size_t{255}, std::size_t{256}, std::size_t{1023},
-                                 std::size_t{1024}, std::size_t{2047}, std::size_t{2048},
-                                 std::size_t{4095}, std::size_t{4096}, std::size_t{65536},
-                                 n / 2, n - 4, n - 3, n - 2, n - 1}) {
+    for (std::size_t position :
+         {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{255},
+          std::size_t{256}, std::size_t{1023}, std::size_t{1024}, std::size_t{2047},
+          std::size_t{2048}, std::size_t{4095}, std::size_t{4096}, std::size_t{65536}, n / 2, n - 4,
+          n - 3, n - 2, n - 1}) {
         SCOPED_TRACE("n = " + std::to_string(n) + ", in[" + std::to_string(position) +
                      "] = 1 and every other element 0");
         values[position] = 1.0f;
@@ -120,8 +120,8 @@ TEST_F(ReduceFull, MoreThan2To31Elements) {
     CUDA_CHECK_LAUNCH();
     // A float sum of 2.4e9 elements rounds: the tolerance grows with n, and the elements past
     // 2^31 (values 9 and 10) are 20% of the total, far outside it.
-    EXPECT_TRUE(sum_matches(reduce_on_device(in), sum_of_stretches(n),
-                            course::Tolerance::float32(n, 10.0)))
+    EXPECT_TRUE(
+        sum_matches(reduce_on_device(in), sum_of_stretches(n), course::Tolerance::float32(n, 10.0)))
         << "wrong sum of more than 2^31 elements: is every index a std::size_t (an int or an "
            "unsigned int overflows past 2^31 or 2^32)?";
 }
