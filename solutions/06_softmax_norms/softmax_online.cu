@@ -187,24 +187,19 @@ __global__ void __launch_bounds__(kStagedBlock)
 
 // ---- The launcher: the row's length picks where it is kept ----
 
-// Rows of up to kGroup * kFloatsPerThread floats in registers, kGroup threads per row.
-template <class Vec, int kFloatsPerThread, int kGroup>
-void launch_in_registers(const float* in, float* out, int rows, int cols) {
-    constexpr int kVecsPerThread = kFloatsPerThread / (sizeof(Vec) / sizeof(float));
-    constexpr int kRowsPerBlock = kRegisterBlock / kGroup;
-    softmax_online_in_registers<Vec, kVecsPerThread, kGroup>
-        <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(in, out, rows, cols);
-}
-
-// A warp with 32 floats per lane up to 1024 columns, a block with kCachedFloats per thread up to
-// 4096, then one block's shared memory (opted into once per kernel).
 template <class Vec>
 void launch(const float* in, float* out, int rows, int cols) {
+    constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
     if (cols <= 32 * 32) {
-        launch_in_registers<Vec, 32, 32>(in, out, rows, cols);
+        // A warp per row, 32 floats per lane: kRegisterBlock / 32 rows per block.
+        softmax_online_in_registers<Vec, 32 / kFloatsPerVec, 32>
+            <<<course::ceil_div(rows, kRegisterBlock / 32), kRegisterBlock>>>(in, out, rows, cols);
     } else if (cols <= kRegisterBlock * kCachedFloats) {
-        launch_in_registers<Vec, kCachedFloats, kRegisterBlock>(in, out, rows, cols);
+        // A block per row, kCachedFloats per thread.
+        softmax_online_in_registers<Vec, kCachedFloats / kFloatsPerVec, kRegisterBlock>
+            <<<rows, kRegisterBlock>>>(in, out, rows, cols);
     } else {
+        // One block's shared memory, opted into once per kernel; longer rows are read again.
         static const std::size_t capacity = course::opt_in_shared_bytes(softmax_online_staged<Vec>);
         const std::size_t row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
         const bool staged = row_bytes <= capacity;
