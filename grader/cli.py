@@ -9,7 +9,7 @@ from grader.build import BuildTree
 from grader.check import build_problems, static_problems
 from grader.course import ALL, Course, find_root, load_course, select, select_one
 from grader.errors import UserError
-from grader.grading import grade
+from grader.grading import grade, grade_references
 from grader.manifest import Exercise
 from grader.mutants import read_mutants, run_mutants
 from grader.progress import update_learner_files
@@ -58,7 +58,9 @@ def list_command(root_option: Path | None) -> None:
 @main.command()
 @click.argument("selector")
 @click.option("--solutions", is_flag=True,
-              help="Grade the reference solutions (built in build/solutions) instead of your code.")
+              help="Grade the reference solutions instead of your code: the readable ones "
+                   "(build/solutions) and, beside them, the fast ones where an exercise has one "
+                   "(build/fast).")
 @click.option("--emulate", is_flag=True,
               help="Grade the reference solutions on the CPU emulator (dev/emu, built in "
                    "build/emulated): correctness only, no GPU needed, for the modules it runs.")
@@ -80,7 +82,10 @@ def run(root_option: Path | None, selector: str, solutions: bool, emulate: bool,
     if not gpu_visible() and not emulate:
         _log(NO_GPU_NOTE)
     variant = EMULATED if emulate else SOLUTION if solutions else LEARNER
-    results = grade(BuildTree.standard(course, variant), exercises, _log, timeout)
+    if variant == SOLUTION:
+        results = grade_references(course, exercises, _log, timeout)
+    else:
+        results = grade(BuildTree.standard(course, variant), exercises, _log, timeout)
     if as_json:
         print_json(results)
     else:

@@ -66,7 +66,7 @@ def module_table(module: Module, entries: dict[str, dict], roofs: roofline.Roofs
         for index, case in enumerate(cases):
             on_roof = roofline.percent_of_roofline(case, exercise.intensity, roofs)
             rows.append([exercise.id if index == 0 else "", entry["status"] if index == 0 else "",
-                         case.case, case.value_text(), f"{case.baseline} {case.percent_text()}",
+                         case.label, case.value_text(), f"{case.baseline} {case.percent_text()}",
                          "-" if on_roof is None else f"{on_roof:.0f}%",
                          target if index == 0 else ""])
     return Section(f"{module.name}: {module.title}", header=header, rows=rows)

@@ -441,9 +441,9 @@ def choose_case(exercise: Exercise, timed: list[PerfCase], label: str | None) ->
         raise UserError(f"{exercise.key} has no timed case to profile")
     if label is not None:
         for case in timed:
-            if label in (case.case, case.test):
+            if label in (case.label, case.test):
                 return case
-        names = ", ".join(f"'{case.case}'" for case in timed)
+        names = ", ".join(f"'{case.label}'" for case in timed)
         raise UserError(f"{exercise.key} has no timed case '{label}': its cases are {names}")
     judged = [case for case in timed if case.baseline == exercise.baseline]
     return (judged or timed)[0]
@@ -478,7 +478,7 @@ def profile(course: Course, exercise: Exercise, variant: str, log: Log, case_lab
     report = tree.path / PROFILES_DIR / f"{tree.target(exercise)}.ncu-rep"
     report.parent.mkdir(parents=True, exist_ok=True)
     command = ncu_command(ncu, tree.executable(exercise), case.test, kernels, report, launches)
-    log(f"profiling {', '.join(kernels)} in {case.test} ({case.case}) under ncu")
+    log(f"profiling {', '.join(kernels)} in {case.test} ({case.label}) under ncu")
     output = _run_ncu(command, tree.path)
     if not report.is_file() and "metric" in output.lower():
         # An ncu without one of the shared-memory metrics: the sections alone still say most.

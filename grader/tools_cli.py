@@ -108,7 +108,7 @@ def profile(context: click.Context, exercise: str, solutions: bool, case_label: 
     _require_gpu("grader profile")
     require_build_tools()
     run = run_profile(course, chosen, _variant(solutions), _log, case_label, kernel, launches)
-    click.echo(f"{chosen.key} ({run.variant}), timed case '{run.case.case}' "
+    click.echo(f"{chosen.key} ({run.variant}), timed case '{run.case.label}' "
                f"({run.case.test}); graded figure {run.case.value_text()}, "
                f"{run.case.percent_text()} of {run.case.baseline}")
     for number, kernel_profile in enumerate(run.profiles):

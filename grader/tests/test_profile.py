@@ -145,7 +145,7 @@ def test_the_default_case_is_the_first_judged_one():
     cases = [_case("vs naive", "naive_transpose", "T.Naive"), _case("big", "copy", "T.Copy")]
     assert profile.choose_case(_exercise(), cases, None).test == "T.Copy"
     assert profile.choose_case(_exercise(), cases, "vs naive").test == "T.Naive"
-    assert profile.choose_case(_exercise(), cases, "T.Naive").case == "vs naive"
+    assert profile.choose_case(_exercise(), cases, "T.Naive").label == "vs naive"
     with pytest.raises(Exception, match="its cases are 'vs naive', 'big'"):
         profile.choose_case(_exercise(), cases, "nope")
 
