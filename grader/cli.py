@@ -1,4 +1,5 @@
-"""The `grader` command line: list, run, hint, check, gpu."""
+"""The `grader` command line: list, run, hint, check, gpu; and the tools of tools_cli.py (watch,
+profile, sanitize, doctor, compare, report)."""
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from grader.report import (make_console, print_exercise_list, print_json, print_
 from grader.results import EMULATED, LEARNER, SOLUTION
 from grader.state import load_results, record_results
 from grader.tools import gpu_visible, require_build_tools
+from grader.tools_cli import TOOL_COMMANDS
 
 NO_GPU_NOTE = "note: no NVIDIA GPU visible (nvidia-smi): the checkers will report skipped"
 
@@ -192,3 +194,8 @@ def _mutant_problems(course: Course, exercises: list[Exercise], variant: str) ->
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+# watch, profile, sanitize, doctor, compare, report (grader/tools_cli.py).
+for _command in TOOL_COMMANDS:
+    main.add_command(_command)
