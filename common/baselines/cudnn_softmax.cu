@@ -4,13 +4,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "course/baselines.h"
+#include "library.h"
 
 #if COURSE_HAVE_CUDNN
 #include <cudnn.h>
 #endif
 
-namespace course::baseline {
+namespace course::baseline::library {
 
 #if COURSE_HAVE_CUDNN
 
@@ -75,4 +75,4 @@ void cudnn_softmax(const float*, float*, int, int) {
 
 #endif
 
-}  // namespace course::baseline
+}  // namespace course::baseline::library

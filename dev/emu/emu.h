@@ -51,6 +51,9 @@ inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> T __ldcs(const T* p) { return *p; }
 template <class T> void __stcs(T* p, T v) { *p = v; }
 template <class T> T __ldg(const T* p) { return *p; }
+// Atomics: threads switch only where they wait for each other, so a read-modify-write is atomic.
+template <class T> T atomicAdd(T* p, T v) { const T old = *p; *p = old + v; return old; }
+template <class T> T atomicMin(T* p, T v) { const T old = *p; if (v < old) *p = v; return old; }
 
 // The built-in indices: the scheduler sets them before it runs (or resumes) a thread.
 inline Dim3 threadIdx, blockIdx, blockDim, gridDim;

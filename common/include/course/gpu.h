@@ -16,6 +16,13 @@ struct GpuInfo {
     std::size_t l2_bytes = 0;
     std::size_t global_memory_bytes = 0;
     std::string name;
+    // What the GPU can physically deliver, on paper (0 where the device does not say): DRAM
+    // bytes per second, 2 transfers per memory clock over the bus; FP32 FLOP per second, an FMA
+    // as 2, on the CUDA cores at the peak clock. `*_formula` says how, for messages.
+    double memory_peak_gb_s = 0;
+    std::string memory_peak_formula;
+    double fp32_peak_tflop_s = 0;
+    std::string fp32_peak_formula;
 };
 
 // Queried once per process.

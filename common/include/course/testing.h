@@ -1,5 +1,6 @@
-// The one include of a checker: GoogleTest, device buffers, seeded inputs, comparison, timing,
-// and the fixture that skips with a reason when the GPU is missing or too old.
+// The one include of a checker: GoogleTest, device buffers, seeded inputs (on the host, or hashed
+// on the device), comparison, timing, the cases past 2^31 elements, and the fixture that skips
+// with a reason when the GPU is missing or too old.
 //
 //   class VectorAdd : public course::GpuTest {};
 //   TEST_F(VectorAdd, EdgeSizes) { auto rng = test_rng(); ... }
@@ -14,6 +15,8 @@
 #include "course/check.h"
 #include "course/compare.h"
 #include "course/gpu.h"
+#include "course/hashed.h"
+#include "course/large.h"
 #include "course/random.h"
 
 #ifndef COURSE_MIN_SM
