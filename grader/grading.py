@@ -1,8 +1,8 @@
 """Grading a selection: configure once, refuse forbidden stubs, build, run each checker."""
-from grader.build import (BuildTree, Log, build, configure, emulated_modules, forbidden_includes,
-                          not_emulated)
+from grader.build import BuildTree, Log, build, configure, emulated_modules, not_emulated
 from grader.classify import classify
 from grader.course import Course
+from grader.library_ban import refused_header
 from grader.manifest import Exercise
 from grader.results import BUILD_ERROR, EMULATED, FAST, LEARNER, SKIPPED, SOLUTION, Outcome, Result
 from grader.runner import run_checker
@@ -31,28 +31,30 @@ def build_exercises(tree: BuildTree, exercises: list[Exercise],
                     log: Log) -> dict[Exercise, Outcome]:
     """Configures and builds; returns the exercises that did not build (or were refused)."""
     configure(tree, log)
-    not_built = _refused(tree, exercises) if tree.variant == LEARNER else {}
-    if tree.variant == EMULATED:
-        not_built = _not_emulated(tree, exercises)
+    not_built = _not_emulated(tree, exercises) if tree.variant == EMULATED else {}
     failures = build(tree, [tree.target(exercise) for exercise in exercises
                             if exercise not in not_built], log)
     for exercise in exercises:
         failure = failures.get(tree.target(exercise))
         if failure:
             not_built[exercise] = Outcome(BUILD_ERROR, failure.errors, output=failure.output)
+    if tree.variant == LEARNER:
+        not_built |= _refused(tree, [exercise for exercise in exercises
+                                     if exercise not in not_built])
     return not_built
 
 
 def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
-    """The learner files that include what they are measured against, refused unbuilt."""
+    """The built learner files whose compilation read a header of what they are measured against
+    (grader/library_ban.py), refused: built, never run."""
     refused = {}
     for exercise in exercises:
-        stub = tree.course.stub(exercise)
-        headers = forbidden_includes(stub.read_text(encoding="utf-8")) if stub.is_file() else []
-        if headers:
+        header = refused_header(tree, exercise)
+        if header:
+            stub = tree.course.relative(tree.course.stub(exercise))
             refused[exercise] = Outcome(BUILD_ERROR, [
-                f"refused: {tree.course.relative(stub)} includes <{headers[0]}>; an exercise may "
-                "not call the library it is measured against"])
+                f"refused: {stub} includes <{header}>; an exercise may not call the library it "
+                "is measured against"])
     return refused
 
 
