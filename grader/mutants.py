@@ -18,7 +18,7 @@ MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
                  EMULATED: "build/mutants-emulated"}
 EXPECTABLE = (FAIL, CRASH)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
-OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool}
+OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "race": bool}
 LOCATION = re.compile(r"^\S+:\d+$")
 
 
@@ -38,6 +38,13 @@ class Mutant:
     # Caught by compute-sanitizer's memcheck, with exact allocations (an access past the end
     # whose value is never used: the output stays right), as `grader sanitize` shows it.
     memcheck: bool = False
+    # A race, caught as results that change between two runs: only a GPU shows it (the CPU
+    # emulator runs threads in a fixed order).
+    race: bool = False
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.fast or self.memcheck or self.race
 
     @property
     def label(self) -> str:
@@ -101,7 +108,8 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
         else:
             mutants.append(Mutant(exercises_by_id[entry["exercise"]], entry["name"],
                                   *entry["replace"], entry["expect"], entry["message"],
-                                  entry.get("fast", False), entry.get("memcheck", False)))
+                                  entry.get("fast", False), entry.get("memcheck", False),
+                                  entry.get("race", False)))
     return mutants, problems
 
 
@@ -168,10 +176,10 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
                              defines=(f"-DCOURSE_SOLUTIONS_DIR={sources}",))
              for kind in ((EMULATED,) if variant == EMULATED else (SOLUTION, FAST))}
     if variant == EMULATED:
-        if any(mutant.fast or mutant.memcheck for mutant in mutants):
+        if any(mutant.needs_gpu for mutant in mutants):
             log("the emulated run takes the readable solutions' planted bugs only; those of the "
-                "fast references run on a GPU, as do those that memcheck catches")
-        mutants = [mutant for mutant in mutants if not mutant.fast and not mutant.memcheck]
+                "fast references run on a GPU, as do those that memcheck catches and the races")
+        mutants = [mutant for mutant in mutants if not mutant.needs_gpu]
         configure(trees[EMULATED], log)
         skipped = not_emulated(trees[EMULATED], [mutant.exercise for mutant in mutants])
         if skipped:

@@ -60,6 +60,15 @@ std::string span(const char* what, std::size_t lo, std::size_t hi, std::size_t e
     return text;
 }
 
+// A grid capped in size (one wave, a fixed count of blocks) without a grid-stride loop: the
+// elements past its threads are never written. Told apart from a missed tail (at most a block of
+// elements short) by the length of what is missing.
+bool capped_grid(const detail::Mismatches& m, const CompareOptions& opt) {
+    constexpr std::size_t kWarp = 32, kLargestBlock = 1024;
+    return opt.indices.empty() && m.never_written == m.wrong && m.first_wrong % kWarp == 0 &&
+           m.total - m.first_wrong > kLargestBlock;
+}
+
 }  // namespace
 
 std::string Tolerance::describe() const {
@@ -123,6 +132,12 @@ std::string explain(const Mismatches& m, const Tolerance& tol, const CompareOpti
         if (m.min_row > 0 && m.max_row == opt.matrix->rows - 1 && m.min_col == 0)
             out << "  only the last rows are wrong: is the partial tile at the bottom edge "
                    "handled (rows not a multiple of the block)?\n";
+    } else if (whole_tail && m.first_wrong > 0 && capped_grid(m, opt)) {
+        out << "  every element from " << position(m.first_wrong, opt)
+            << " to the end is wrong and was never written, and the " << m.first_wrong
+            << " before it are right: a whole number of warps, as if a grid of " << m.first_wrong
+            << " threads wrote one element each and stopped. A grid smaller than n needs a "
+               "grid-stride loop (i += gridDim.x * blockDim.x).\n";
     } else if (whole_tail && m.first_wrong > 0) {
         out << "  every element " << (opt.indices.empty() ? "" : "compared ") << "from "
             << position(m.first_wrong, opt)

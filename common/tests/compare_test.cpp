@@ -65,6 +65,16 @@ TEST(Compare, NamesAMissingTail) {
     EXPECT_THAT(result.message(), testing::HasSubstr("every element from [997] to the end"));
 }
 
+TEST(Compare, NamesAGridCappedWithoutAStrideLoop) {
+    auto got = iota(100000);
+    const auto want = as_double(got);
+    for (std::size_t i = 4096; i < got.size(); ++i) got[i] = poison();  // 16 blocks of 256 only
+    const auto result = course::expect_close(got, want, Tolerance::float32());
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("as if a grid of 4096 threads"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("grid-stride loop"));
+}
+
 TEST(Compare, NaNNeverPassesAndAllZerosIsNamed) {
     std::vector<float> zeros(10, 0.0f);
     const auto result = course::expect_close(zeros, as_double(iota(10)), Tolerance::float32());

@@ -43,16 +43,16 @@ std::vector<Window> windows_past_int_range(std::size_t count, Rng& rng, std::siz
 std::vector<Window> rows_past_int_range(std::size_t rows, std::size_t cols, Rng& rng,
                                         int random = 4);
 
-// Compares the windows of `out` (downloaded one by one) with `reference(window)`, the exact
-// values of that window, as one comparison whose messages name the elements' indices in the
-// whole output (CompareOptions::indices), and say so when only those past 2^31 are wrong.
-template <class T, class R>
-testing::AssertionResult expect_windows_close(
-    const DeviceBuffer<T>& out, const std::vector<Window>& windows,
-    const std::function<std::vector<R>(const Window&)>& reference, const Tolerance& tol,
-    CompareOptions opt) {
+// Compares the windows of `out` (downloaded one by one) with `reference(window)`, a vector of
+// the exact values of that window, as one comparison whose messages name the elements' indices
+// in the whole output (CompareOptions::indices), and say so when only those past 2^31 are wrong.
+template <class T, class Reference>
+testing::AssertionResult expect_windows_close(const DeviceBuffer<T>& out,
+                                              const std::vector<Window>& windows,
+                                              Reference reference, const Tolerance& tol,
+                                              CompareOptions opt) {
     std::vector<T> got;
-    std::vector<R> want;
+    decltype(reference(windows.front())) want;
     for (const Window& window : windows) {
         const auto part = out.download(window.first, window.count);
         const auto expected = reference(window);
@@ -62,6 +62,25 @@ testing::AssertionResult expect_windows_close(
     }
     return expect_close(got, want, tol, opt);
 }
+
+// A reference for expect_windows_close made of one vector with every window's exact values, in
+// the windows' order (for a reference computed for all the compared rows at once). `all` must
+// outlive the comparison.
+template <class R>
+auto consecutive_slices(const std::vector<R>& all) {
+    return [&all, next = std::size_t{0}](const Window& w) mutable {
+        const auto first = all.begin() + static_cast<std::ptrdiff_t>(next);
+        next += w.count;
+        return std::vector<R>(first, first + static_cast<std::ptrdiff_t>(w.count));
+    };
+}
+
+// Runs the code under test on a large case and waits for it. A CUDA error it causes (an index
+// that overflowed and left the buffers: an illegal address) fails the test with a line that says
+// so, as a plain failure: whether a wild address faults or lands in another buffer depends on
+// the memory map, and both are the same mistake. The error is sticky (every later CUDA call of
+// the process fails), so a checker puts its large cases last.
+void run_large_case(const std::function<void()>& call);
 
 // Why a large case cannot run here, or nothing: the device lacks `bytes` of free memory, or the
 // buffers are exact (COURSE_EXACT_ALLOCATIONS, under compute-sanitizer, which would take minutes
