@@ -18,7 +18,7 @@ MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
                  EMULATED: "build/mutants-emulated"}
 EXPECTABLE = (FAIL, CRASH)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
-OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "race": bool}
+OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "gpu_only": str}
 LOCATION = re.compile(r"^\S+:\d+$")
 
 
@@ -38,13 +38,13 @@ class Mutant:
     # Caught by compute-sanitizer's memcheck, with exact allocations (an access past the end
     # whose value is never used: the output stays right), as `grader sanitize` shows it.
     memcheck: bool = False
-    # A race, caught as results that change between two runs: only a GPU shows it (the CPU
-    # emulator runs threads in a fixed order).
-    race: bool = False
+    # Why only a GPU catches it (the CPU emulator runs threads in a fixed order, has 512 MB and
+    # skips the timed cases): "a race", "a case past 2^31 elements", "a timed case".
+    gpu_only: str = ""
 
     @property
     def needs_gpu(self) -> bool:
-        return self.fast or self.memcheck or self.race
+        return self.fast or self.memcheck or bool(self.gpu_only)
 
     @property
     def label(self) -> str:
@@ -99,9 +99,10 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
                             "string")
         elif unknown := entry.keys() - {*MUTANT_KEYS, *OPTIONAL_MUTANT_KEYS}:
             problems.append(f"{where}: unknown key {', '.join(sorted(unknown))}")
-        elif bad := [key for key in OPTIONAL_MUTANT_KEYS
-                     if not isinstance(entry.get(key, False), bool)]:
-            problems.append(f"{where}: {bad[0]} must be true or false")
+        elif bad := [key for key, kind in OPTIONAL_MUTANT_KEYS.items()
+                     if key in entry and not isinstance(entry[key], kind)]:
+            problems.append(f"{where}: {bad[0]} must be "
+                            f"{'true or false' if OPTIONAL_MUTANT_KEYS[bad[0]] is bool else 'a text'}")
         elif entry.get("fast") and not exercises_by_id[entry["exercise"]].fast_solution:
             problems.append(f"{where}: fast = true, but '{entry['exercise']}' has no "
                             "fast_solution in its manifest")
@@ -109,7 +110,7 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
             mutants.append(Mutant(exercises_by_id[entry["exercise"]], entry["name"],
                                   *entry["replace"], entry["expect"], entry["message"],
                                   entry.get("fast", False), entry.get("memcheck", False),
-                                  entry.get("race", False)))
+                                  entry.get("gpu_only", "")))
     return mutants, problems
 
 
@@ -178,7 +179,7 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
     if variant == EMULATED:
         if any(mutant.needs_gpu for mutant in mutants):
             log("the emulated run takes the readable solutions' planted bugs only; those of the "
-                "fast references run on a GPU, as do those that memcheck catches and the races")
+                "fast references run on a GPU, as do those marked memcheck or gpu_only")
         mutants = [mutant for mutant in mutants if not mutant.needs_gpu]
         configure(trees[EMULATED], log)
         skipped = not_emulated(trees[EMULATED], [mutant.exercise for mutant in mutants])

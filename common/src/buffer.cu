@@ -56,6 +56,17 @@ std::string damage(const std::vector<unsigned char>& zone, std::size_t element_b
            " bytes " + (after ? "after the last element" : "before the first element");
 }
 
+// The redzones of each allocation get a pattern of their own: the type's (redzone_pattern) with
+// its low bits changed by a counter. A kernel that copies past the end of an input into the space
+// past the end of an output (a transpose, a copy without their guards) then changes the output's
+// redzone, which a pattern shared by every buffer would not show. The low 16 bits of a float's
+// NaN pattern are part of its payload: it stays a quiet NaN.
+std::uint64_t own_redzone_pattern(std::uint64_t pattern, std::size_t element_bytes) {
+    static std::uint64_t allocations = 0;
+    const std::uint64_t salt = ++allocations;
+    return pattern ^ (element_bytes == 1 ? salt % 7 + 1 : (salt * 0x9E37) % 0xFFFF + 1);
+}
+
 }  // namespace
 
 bool exact_allocations() {
@@ -72,7 +83,7 @@ DeviceAllocation::DeviceAllocation(std::string name, std::size_t bytes, std::siz
       bytes_(bytes),
       element_bytes_(element_bytes),
       poison_(poison_bits),
-      redzone_(redzone_bits),
+      redzone_(own_redzone_pattern(redzone_bits, element_bytes)),
       redzone_bytes_(exact_allocations() ? 0 : kRedzoneBytes) {
     CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * redzone_bytes_));
     fill_redzones();

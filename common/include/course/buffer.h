@@ -24,7 +24,9 @@ namespace course {
 bool exact_allocations();
 
 // Raw bytes with a redzone on each side. The redzones hold a pattern (redzone_pattern: NaN for
-// floats, so that a stray read whose value is used shows in the output); any change to them is
+// floats, so that a stray read whose value is used shows in the output; its low bits differ from
+// one allocation to the next, so that a value copied from one buffer's redzone into another's
+// changes it too); any change to them is
 // an out-of-bounds write by the code under test, reported with the buffer's name as a failure of
 // the current test when the buffer is destroyed (so every buffer of every checker is checked
 // without a line of its own), or earlier by redzones_intact(). Under exact_allocations() there

@@ -20,7 +20,8 @@ constexpr std::uint64_t poison_pattern() {
 }
 
 // The redzones' pattern, laid out the same way: a quiet NaN whose payload differs from the
-// poison's for floats, 0xA5 bytes for everything else (-1515870811 as an int, 165 as a byte).
+// poison's for floats, 0xA5 bytes for everything else (about -1.5e9 as an int, 0xA0-0xA7 as a
+// byte). Each allocation changes its low bits (course/buffer.h).
 template <class T>
 constexpr std::uint64_t redzone_pattern() {
     if constexpr (std::is_same_v<T, float>) return 0x7FE5A5A5ull;

@@ -42,7 +42,7 @@ constexpr const char* kZeroedHint =
 // counters), bytes lost or doubled (past 2^31?), or bytes in the wrong bins.
 std::string diagnose(const std::vector<unsigned int>& got, const std::vector<std::uint64_t>& want,
                      std::size_t n) {
-    bool off_by_poison = true;
+    bool off_by_poison = true, wrong_ones_too_high = true;
     std::uint64_t total = 0;
     std::size_t first_wrong = got.size(), last_wrong = 0, wrong = 0;
     for (std::size_t v = 0; v < got.size(); ++v) {
@@ -54,14 +54,17 @@ std::string diagnose(const std::vector<unsigned int>& got, const std::vector<std
             ++wrong;
             first_wrong = std::min(first_wrong, v);
             last_wrong = v;
+            wrong_ones_too_high &= got[v] > want[v];
         }
     }
     if (off_by_poison)
         return "every bin is off by exactly the garbage the checker put in `bins` before the "
                "call: the launcher must zero the bins first (cudaMemsetAsync)";
-    if (wrong < got.size() && wrong == last_wrong - first_wrong + 1 && wrong > 1)
+    // Counters left with what the block before had counted: a range of bins, each too high.
+    if (wrong < got.size() && wrong == last_wrong - first_wrong + 1 && wrong > 1 &&
+        wrong_ones_too_high)
         return "only bins " + std::to_string(first_wrong) + ".." + std::to_string(last_wrong) +
-               " are wrong, every other bin is exact: " + kZeroedHint;
+               " are wrong, each too high, every other bin is exact: " + kZeroedHint;
     constexpr std::size_t kTwoTo31 = std::size_t{1} << 31;
     if (total < n && n > kTwoTo31)
         return "the counts add up to " + std::to_string(total) + ", but there are " +
@@ -72,7 +75,7 @@ std::string diagnose(const std::vector<unsigned int>& got, const std::vector<std
         return "the counts add up to " + std::to_string(total) + ", more than the " +
                std::to_string(n) + " bytes: " + kZeroedHint +
                ". Or were bytes counted twice, or read past the end of data (the harness keeps "
-               "0xA5 = 165 there)?";
+               "bytes 160..167 there)?";
     if (total != n)
         return "the counts add up to " + std::to_string(total) + ", but there are " +
                std::to_string(n) +

@@ -25,7 +25,7 @@ std::string describe(Rows kind) {
         case Rows::kLargeValues:
             return "values up to +-1e4";
         case Rows::kLargeMean:
-            return "odd rows with mean 1000, spread +-1; even rows random";
+            return "odd rows with mean 1e4, spread +-1; even rows random";
         case Rows::kEqualValues:
             return "rows of equal values (variance 0)";
         case Rows::kOutlierAtEnd:
@@ -50,7 +50,7 @@ std::vector<float> make_x(Rows kind, int rows, int cols, course::Rng& rng) {
                 // Beside random rows, which the same kernel gets right: a wrong variance in the
                 // odd rows alone is the mark of E[x^2] - E[x]^2 (cancellation_diagnosis).
                 case Rows::kLargeMean:
-                    x.push_back((r % 2 ? 1000.0f : offset) + rng.uniform(-1.0f, 1.0f));
+                    x.push_back((r % 2 ? 1e4f : offset) + rng.uniform(-1.0f, 1.0f));
                     break;
                 case Rows::kEqualValues:
                     x.push_back(offset);
@@ -126,9 +126,9 @@ std::string cancellation_diagnosis(Rows kind, const std::vector<float>& got,
         if (!tol.accepts(got[i], want[i])) (i / per_row % 2 ? large_mean_wrong : others_wrong) = true;
     if (!large_mean_wrong || others_wrong) return "";
     return "only the rows with a large mean next to their spread are wrong (the odd rows: mean "
-           "1000, spread +-1; the even, random rows are right): a variance computed as "
+           "1e4, spread +-1; the even, random rows are right): a variance computed as "
            "E[x^2] - E[x]^2 loses its digits there to catastrophic cancellation (two numbers "
-           "near 1e6 subtracted to leave about 0.3). Accumulate deviations from the mean "
+           "near 1e8 subtracted to leave about 0.3). Accumulate deviations from the mean "
            "instead: Welford's updates, or a second pass over x - mean";
 }
 
