@@ -114,7 +114,7 @@ DeviceAllocation::DeviceAllocation(DeviceAllocation&& other) noexcept
       redzone_bytes_(other.redzone_bytes_),
       base_(std::exchange(other.base_, nullptr)) {}
 
-void DeviceAllocation::fill_redzones() {
+void DeviceAllocation::fill_redzones() const {
     fill_pattern(base_, redzone_bytes_, element_bytes_, redzone_);
     fill_pattern(static_cast<char*>(data()) + bytes_, redzone_bytes_, element_bytes_, redzone_);
 }
@@ -134,7 +134,7 @@ void DeviceAllocation::download(void* host, std::size_t bytes, std::size_t offse
                           cudaMemcpyDeviceToHost));
 }
 
-testing::AssertionResult DeviceAllocation::redzones_intact() {
+testing::AssertionResult DeviceAllocation::redzones_intact() const {
     if (redzone_bytes_ == 0) return testing::AssertionSuccess();  // exact allocations
     std::vector<unsigned char> before(redzone_bytes_), after(redzone_bytes_);
     char* payload = static_cast<char*>(data());

@@ -54,11 +54,12 @@ class DeviceAllocation {
     // `bytes` bytes from byte `offset` of the payload.
     void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
     // Checks both redzones, then re-arms them so that a later check reports only new damage.
-    // The destructor calls it too; call it yourself only to check before the buffer goes.
-    testing::AssertionResult redzones_intact();
+    // The destructor calls it too, and DeviceBuffer::download() before it reads; call it yourself
+    // only to check at another time.
+    testing::AssertionResult redzones_intact() const;
 
   private:
-    void fill_redzones();
+    void fill_redzones() const;
 
     std::string name_;
     std::size_t bytes_;
@@ -93,17 +94,21 @@ class DeviceBuffer {
             throw std::invalid_argument("upload to `" + alloc_.name() + "`: size mismatch");
         alloc_.upload(host.data(), bytes());
     }
+    // The elements, after a check of the redzones inside a test: a write past the end is then
+    // the test's first failure, before the comparison of the values it may have spoiled.
     std::vector<T> download() const { return download(0, count_); }
     // Elements [first, first + count): a window of a buffer too large to download whole.
     std::vector<T> download(std::size_t first, std::size_t count) const {
         if (first > count_ || count > count_ - first)
             throw std::invalid_argument("download from `" + alloc_.name() + "`: out of range");
+        if (testing::UnitTest::GetInstance()->current_test_info())
+            EXPECT_TRUE(alloc_.redzones_intact());
         std::vector<T> host(count);
         alloc_.download(host.data(), count * sizeof(T), first * sizeof(T));
         return host;
     }
     void poison() { alloc_.poison(); }
-    testing::AssertionResult redzones_intact() { return alloc_.redzones_intact(); }
+    testing::AssertionResult redzones_intact() const { return alloc_.redzones_intact(); }
 
   private:
     DeviceAllocation alloc_;
