@@ -42,8 +42,8 @@ DISK_FAULT = re.compile(r"Read-only file system|No space left on device|Disk quo
                         r"Permission denied")
 # FetchContent's last words when GoogleTest could not be downloaded (offline).
 GTEST_DOWNLOAD_FAILED = "Build step for googletest failed"
-# Ninja re-runs CMake when CMake's inputs changed; this is how that fails.
-REGENERATION_FAILED = "ninja: error: rebuilding 'build.ninja'"
+# Ninja cannot use the build files CMake wrote: re-running CMake failed, or they are broken.
+BROKEN_BUILD_FILES = re.compile(r"^ninja: error: (?:rebuilding 'build\.ninja'|build\.ninja:)", re.M)
 NOT_CONFIGURED = "not configured yet"
 UNFINISHED = "its last configure did not finish"
 # The compilers a cache names: gone (a toolkit moved or removed), the tree cannot build.
@@ -110,10 +110,12 @@ def tree_lock(tree: BuildTree, log: Log):
 def stale_reason(tree: BuildTree) -> str | None:
     """Why `tree` must be configured before it builds; None when it is ready. Any reason but
     NOT_CONFIGURED and UNFINISHED means afresh (`cmake --fresh`: a new cache)."""
-    cache = read_cache(tree)
-    if not cache:
+    if not (tree.path / "CMakeCache.txt").exists():
         return NOT_CONFIGURED
-    home = cache.get("CMAKE_HOME_DIRECTORY", "")
+    cache = read_cache(tree)
+    home = cache.get("CMAKE_HOME_DIRECTORY")
+    if not home:
+        return "its CMakeCache.txt is broken"
     if Path(home).resolve() != tree.course.root.resolve():
         return f"it was configured for the sources in {home}"
     folder = cache.get("CMAKE_CACHEFILE_DIR", "")
@@ -199,10 +201,13 @@ def cuda_architecture_note(tree: BuildTree, gpu_sm: int | None) -> str | None:
                      .split(";") if entry]
     if gpu_sm is None or not architectures or {"native", "all", "all-major"} & set(architectures):
         return None
-    real = {entry.split("-")[0] for entry in architectures if not entry.endswith("-virtual")}
+    # 90, 90-real, 90a (the arch-specific features of sm_90): machine code for an sm_90 GPU.
+    real = {entry.split("-")[0].rstrip("af") for entry in architectures
+            if not entry.endswith("-virtual")}
     if str(gpu_sm) in real:
         return None
-    built = ", ".join(f"sm_{entry}" for entry in architectures)
+    built = ", ".join(f"compute_{entry.split('-')[0]} (PTX only)" if entry.endswith("-virtual")
+                      else f"sm_{entry.split('-')[0]}" for entry in architectures)
     return (f"note: {tree.relative} is built for {built} and this GPU is sm_{gpu_sm}: its code "
             f"runs JIT-compiled from PTX, on the older architecture's paths; to build for this "
             f"GPU: cmake {tree.relative} -DCMAKE_CUDA_ARCHITECTURES={gpu_sm}")
@@ -215,7 +220,7 @@ def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailu
     with tree_lock(tree, log):
         command = ["ninja", "-C", str(tree.path), "-k", "0", *targets]
         returncode, output = _run_streamed(command, log)
-        if returncode != 0 and REGENERATION_FAILED in output:
+        if returncode != 0 and BROKEN_BUILD_FILES.search(output):
             configure(tree, log, fresh=True)
             returncode, output = _run_streamed(command, log)
         if returncode == 0:

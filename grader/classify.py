@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Callable
 
 from grader.results import CRASH, FAIL, PASS, SKIPPED, TIMEOUT, TODO, Outcome, PerfCase
-from grader.runner import byte_count
+from grader.runner import KEPT_OUTPUT_BYTES, byte_count
 
 TODO_TAG = "[course:todo]"
 CUDA_ERROR_TAG = "[course:cuda-error]"
@@ -31,8 +31,8 @@ def classify(run, *, exe: str, timeout_s: float, strip_root: Callable[[str], str
     outcome = _classify(run, exe, timeout_s, strip_root)
     if run.cut_bytes and outcome.status != PASS:
         outcome = replace(outcome, detail=[
-            *outcome.detail, f"the checker printed {byte_count(run.cut_bytes)} more than the "
-            "grader keeps: --verbose shows the start and the end of its output"])
+            *outcome.detail, f"{byte_count(run.cut_bytes)} of the checker's output were left "
+            f"out: --verbose shows its first and its last {byte_count(KEPT_OUTPUT_BYTES)}"])
     return outcome
 
 

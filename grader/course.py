@@ -77,7 +77,8 @@ def load_course(root: Path) -> Course:
 def select(course: Course, selector: str) -> list[Exercise]:
     """The exercises named by all, 01, 01_basics, 01/vector_add or 01_basics/vector_add."""
     if not course.exercises:
-        raise UserError(f"{course.root} has no exercises: no modules/NN_topic/module.toml lists one")
+        raise UserError(f"{course.root} has no exercises: no modules/NN_topic/module.toml lists "
+                        "one")
     if selector == ALL:
         return course.exercises
     module_part, _, exercise_part = selector.partition("/")
