@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The acceptance of a module on a GPU in one command (course authors, on the device machine):
-# the reference solutions (timed alone), the untouched stubs, then every planted bug of the
-# selected modules, one copy of the tree per exercise, the copies in parallel.
+# the reference solutions (timed alone), the same solutions built for the oldest architecture the
+# course supports and run JIT-compiled on this GPU, the untouched stubs, then every planted bug of
+# the selected modules, one copy of the tree per exercise, the copies in parallel.
 #
 #   dev/accept.sh SELECTOR [--no-mutants]
 #     SELECTOR  as for `grader run`: all, a module (06) or an exercise (06/layernorm)
-#   OUT=dir     where solutions.txt, stubs.txt and mutants.txt go (default build/accept)
+#   OUT=dir     where solutions.txt, oldest-arch.txt, stubs.txt and mutants.txt go
+#               (default build/accept)
 #
 # Sequential, `grader check --mutants` for module 06 takes about 15 minutes (35 bugs, a build and a
 # checker run each), longer than one device command may run; eight copies side by side take a
@@ -13,7 +15,7 @@
 # every solution passes, every stub reports todo and every planted bug is caught.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,13p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
 selector=$1 mutants=yes
 [ "${2:-}" = --no-mutants ] && mutants=no
 out=${OUT:-build/accept}
@@ -28,6 +30,13 @@ status=0
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
 python3 -m grader run "$selector" --solutions > "$out/solutions.txt" 2>&1 || status=1
+# What a configure without a GPU makes (sm_75, the course's oldest), run on this GPU from PTX: the
+# host must take the paths the device code was compiled for (course::clusters_available).
+oldest=build/accept-oldest-arch
+rm -rf "$oldest" && mkdir -p "$oldest"
+tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$oldest"
+(cd "$oldest" && CUDAARCHS=75 python3 -m grader run "$selector" --solutions) \
+  > "$out/oldest-arch.txt" 2>&1 || status=1
 # The stubs must all report todo, which `grader run` counts as not passing (exit 1).
 python3 -m grader run "$selector" > "$out/stubs.txt" 2>&1
 grep -qE '^\S+ +(pass|fail|build error|crash|timeout) ' "$out/stubs.txt" && status=1
@@ -64,7 +73,8 @@ EOF
 fi
 
 # The tables, without the build's progress lines.
-grep -avE '^\[[0-9]+/[0-9]+\]|^ninja: |^configuring ' "$out/solutions.txt" "$out/stubs.txt" |
+grep -avE '^\[[0-9]+/[0-9]+\]|^ninja: |^configuring |^collecting ' "$out/solutions.txt" \
+  "$out/oldest-arch.txt" "$out/stubs.txt" |
   sed -E 's/^[^:]*\.txt://'
 if [ "$mutants" = yes ]; then
   # One line per planted bug: its name, what was expected, and whether the checker caught it.
