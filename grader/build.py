@@ -231,10 +231,9 @@ def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailu
         with activity(log, "collecting the errors of the targets that did not build") as step:
             for target in targets:
                 step(target)
-                result = subprocess.run(["ninja", "-C", str(tree.path), target],
-                                        capture_output=True, text=True, errors="replace")
-                if result.returncode != 0:
-                    output = tree.course.strip_root(result.stdout + result.stderr)
+                returncode, output = _run_streamed(["ninja", "-C", str(tree.path), target])
+                if returncode != 0:
+                    output = tree.course.strip_root(output)
                     _raise_environment_fault(tree, output)
                     failures[target] = BuildFailure(compiler_errors(output), output)
         return failures
@@ -293,13 +292,15 @@ def _run_cmake(tree: BuildTree, log: Log, fresh: bool) -> int:
         return process.wait()
 
 
-def _run_streamed(command: list[str], log: Log) -> tuple[int, str]:
-    """Runs `command`, each line of its output through `log`; the status and the output."""
+def _run_streamed(command: list[str], log: Log | None = None) -> tuple[int, str]:
+    """Runs `command`, each line of its output through `log` if given; the status and the
+    output."""
     lines = []
     with _started(command) as process:
         for line in process.stdout:
             lines.append(line)
-            log(line.rstrip("\n"))
+            if log is not None:
+                log(line.rstrip("\n"))
         return process.wait(), "".join(lines)
 
 

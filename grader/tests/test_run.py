@@ -203,3 +203,14 @@ def test_modules_the_emulator_does_not_run_are_skipped_with_the_reason(course):
     assert result.outcome.detail == [
         "not emulated: the CPU emulator runs 06_softmax_norms (COURSE_EMULATED_MODULES in "
         "dev/emu/Emulate.cmake)"]
+
+
+def test_a_quiet_step_shows_a_spinner_with_its_latest_line_on_a_terminal(monkeypatch, capsys):
+    # Issue 11, item 9: on a terminal, a configure shows what CMake is doing while it runs.
+    from grader.activity import StderrLog, activity
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    with activity(StderrLog(), "configuring build/learner") as step:
+        step("-- Detecting CXX compiler ABI info")
+    stderr = capsys.readouterr().err
+    assert "Detecting CXX compiler ABI info" in stderr
+    assert stderr.endswith("configuring build/learner: done\n")
