@@ -1,4 +1,4 @@
-"""The `grader` command line: list, run, hint, check."""
+"""The `grader` command line: list, run, hint, check, gpu."""
 import math
 import os
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from grader import hints
+from grader import gpu_table, hints
 from grader.activity import StderrLog
 from grader.build import BuildTree, cuda_architecture_note
 from grader.check import build_problems, static_problems
@@ -221,6 +221,18 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
         click.echo(f"{_count(len(problems), 'problem')} found")
         raise SystemExit(1)
     click.echo(f"course OK: {_count(len(exercises), 'exercise')} checked")
+
+
+@main.command()
+@click.pass_obj
+def gpu(root_option: Path | None) -> None:
+    """Show this machine's GPU in figures: SMs, memory, measured bandwidth, peak FLOP/s, ridge."""
+    try:
+        facts = gpu_table.measure(_course(root_option), _log)
+    except gpu_table.GpuUnavailable as reason:
+        click.echo(str(reason))
+        raise SystemExit(1)
+    gpu_table.print_table(make_console(), gpu_table.rows(facts))
 
 
 def _mutant_problems(course: Course, exercises: list[Exercise], variant: str) -> list[str]:
