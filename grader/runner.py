@@ -19,6 +19,8 @@ NONCE_PROPERTY = "course_report_nonce"
 # Of a checker's output, the grader keeps this many bytes from the start and as many from the end.
 KEPT_OUTPUT_BYTES = 64 * 1024
 READ_BYTES = 64 * 1024
+# While its output is quiet, how often the grader looks whether the checker has exited.
+EXIT_POLL_S = 0.1
 # After the checker is killed, how long its pipe may take to close (a grandchild that left the
 # process group can hold it open).
 DRAIN_S = 2.0
@@ -131,11 +133,13 @@ def _read_until_exit(process: subprocess.Popen, output: BoundedOutput, deadline:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if selector.select(remaining):
+            if selector.select(min(remaining, EXIT_POLL_S)):
                 chunk = os.read(descriptor, READ_BYTES)
                 if not chunk:
-                    break
+                    break  # every writer closed the pipe: the checker is ending
                 output.add(chunk)
+            elif _exited(process.pid):
+                return True  # it exited; a process it left behind may still hold the pipe
     while not _exited(process.pid):
         if time.monotonic() >= deadline:
             return False

@@ -162,3 +162,12 @@ def test_an_interrupted_run_stops_its_checker_and_records_nothing(built_course, 
     assert processes_running(exe) == []
     assert list(scratch.iterdir()) == []  # no scratch folder left behind
     assert (root / ".grader/results.json").read_bytes() == results_before
+
+
+def test_a_process_left_behind_holding_the_output_does_not_make_a_timeout(tmp_path):
+    script = tmp_path / "leaves-a-child"
+    script.write_text("#!/bin/sh\n(sleep 30) &\necho done\n")
+    script.chmod(0o755)
+    run = run_checker(script, tmp_path, timeout_s=20)
+    assert not run.timed_out and run.returncode == 0 and run.duration_s < 10
+    assert run.output == "done\n"
