@@ -1,9 +1,9 @@
-"""The `grader` command line: list, run, hint, check."""
+"""The `grader` command line: list, run, report, hint, check."""
 from pathlib import Path
 
 import click
 
-from grader import hints
+from grader import hints, ladder
 from grader.build import BuildTree
 from grader.check import build_problems, static_problems
 from grader.course import ALL, Course, find_root, load_course, select, select_one
@@ -87,6 +87,25 @@ def run(root_option: Path | None, selector: str, solutions: bool, emulate: bool,
     if variant == LEARNER:
         update_learner_files(course, stored[LEARNER])
     raise SystemExit(0 if all(result.passed for result in results) else 1)
+
+
+@main.command()
+@click.argument("module")
+@click.option("--solutions", is_flag=True,
+              help="The saved results of the reference solutions (grader run --solutions), not "
+                   "yours.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the plot (PNG; default .grader/<module>_ladder.png).")
+@click.pass_obj
+def report(root_option: Path | None, module: str, solutions: bool, plot_path: Path | None) -> None:
+    """The ladder of MODULE (04): each rung's TFLOP/s and % of cuBLAS at each size, and a plot
+    of them (with matplotlib installed). Reads the results `grader run` saved; runs nothing."""
+    course = _course(root_option)
+    if "/" in module:
+        raise UserError(f"'{module}' is an exercise: a report is of a module, e.g. 04")
+    module_name = select(course, module)[0].module
+    ladder.print_report(make_console(), course, module_name, SOLUTION if solutions else LEARNER,
+                        plot_path)
 
 
 @main.command()
