@@ -59,10 +59,14 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < kBK; ++k) {
             // kTM + kTN shared loads into registers ...
 #pragma unroll
-            for (int i = 0; i < kTM; ++i) a_column[i] = a_tile[first_row + i][k];
+            for (int i = 0; i < kTM; ++i) {
+                a_column[i] = a_tile[first_row + i][k];
+            }
 #pragma unroll
-            for (int j = 0; j < kTN; ++j) b_row[j] = b_tile[k][first_col + j];
-                // ... then kTM * kTN multiply-adds from registers: the outer product.
+            for (int j = 0; j < kTN; ++j) {
+                b_row[j] = b_tile[k][first_col + j];
+            }
+            // ... then kTM * kTN multiply-adds from registers: the outer product.
 #pragma unroll
             for (int i = 0; i < kTM; ++i)
 #pragma unroll
