@@ -13,7 +13,7 @@ from rich.text import Text
 
 from grader.course import Course
 from grader.errors import UserError
-from grader.results import PASS, SOLUTION, PerfCase
+from grader.results import PASS, SOLUTION
 from grader.state import STATE_DIR, load_results
 
 # The modules that have a ladder, and the rungs timed in earlier modules that stand at its foot.
@@ -144,10 +144,11 @@ def _rung(key: str, entry: dict | None) -> Rung:
     if entry["status"] != PASS:
         return Rung(key, entry["status"], ())
     points = {}
-    for case in map(PerfCase.from_dict, entry["perf"]):
-        square = SQUARE_CASE.match(case.case)
-        if square and case.baseline.startswith(BASELINE) and case.value is not None:
-            points[int(square[1])] = Point(int(square[1]), case.value, case.baseline_value)
+    for case in entry["perf"]:
+        # The timed case's name, saved as "label" (as "case" in older results).
+        square = SQUARE_CASE.match(case.get("label") or case.get("case") or "")
+        if square and case["baseline"].startswith(BASELINE) and case["value"] is not None:
+            points[int(square[1])] = Point(int(square[1]), case["value"], case["baseline_value"])
     return Rung(key, PASS, tuple(points[size] for size in sorted(points)))
 
 
