@@ -18,12 +18,15 @@ constexpr int kBK = 8;    // columns of the A tile = rows of the B tile: one ste
 constexpr int kTM = 8;    // rows of C per thread
 constexpr int kTN = 8;    // columns of C per thread
 constexpr int kThreads = (kBM / kTM) * (kBN / kTN);  // one thread per kTM x kTN block of C
+// kTM * kTN accumulators per thread make registers what limits the blocks an SM holds: ask the
+// compiler to fit kBlocksPerSm blocks (65536 registers / (2 x 256 threads) = 128 per thread).
+constexpr int kBlocksPerSm = 2;
 
 static_assert(kBM % kTM == 0 && kBN % kTN == 0, "the block tile splits into whole thread tiles");
 
 }  // namespace
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     sgemm_blocktile_2d_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                               const float* __restrict__ B, float beta, float* __restrict__ C) {
     // TODO: the shared tiles as in sgemm_blocktile_1d (kBM x kBK of A, kBK x kBN of B). The

@@ -21,6 +21,9 @@ constexpr int kBK = 16;   // columns of the A tile = rows of the B tile: one ste
 constexpr int kTM = 8;    // rows of C per thread
 constexpr int kTN = 8;    // columns of C per thread
 constexpr int kThreads = (kBM / kTM) * (kBN / kTN);  // one thread per kTM x kTN block of C
+// kTM * kTN accumulators per thread make registers what limits the blocks an SM holds: ask the
+// compiler to fit kBlocksPerSm blocks (65536 registers / (2 x 256 threads) = 128 per thread).
+constexpr int kBlocksPerSm = 2;
 
 // A float4 holds 4 floats: tiles, thread tiles and steps of k0 come in whole float4s, so that a
 // float4 of a tile row starts on a 16-byte boundary whenever the matrix row does.
@@ -40,7 +43,7 @@ __device__ float4 load4(const float* row, int col, int cols, bool row_is_aligned
 
 }  // namespace
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     sgemm_vectorized_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                             const float* __restrict__ B, float beta, float* __restrict__ C,
                             bool a_rows_aligned, bool b_rows_aligned) {
