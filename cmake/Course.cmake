@@ -62,11 +62,12 @@ macro(course_find_gtest)
   endif()
 endmacro()
 
-# One exercise: its checker compiled once, linked with the stub (learner) and/or the solution.
+# One exercise: its checker compiled once, linked with the stub (learner), the readable solution
+# (solution) and/or the fast reference (fast, only where the manifest names a fast_solution).
 #   course_exercise(MODULE 01_basics ID vector_add FILE vector_add.cu
-#                   CHECKER tests/vector_add_test.cu MIN_SM 75)
+#                   CHECKER tests/vector_add_test.cu MIN_SM 75 [FAST_SOLUTION vector_add_fast.cu])
 function(course_exercise)
-  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM" "" ${ARGN})
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;FAST_SOLUTION" "" ${ARGN})
   set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
   set(base "${EX_MODULE}.${EX_ID}")
   # A missing file makes no target (the grader then reports that exercise as a build error)
@@ -85,15 +86,21 @@ function(course_exercise)
     if(variant STREQUAL "emulated")
       # The solution and its checker built for the CPU emulator (dev/emu/Emulate.cmake).
       course_emulated_exercise(MODULE ${EX_MODULE} ID ${EX_ID} FILE ${EX_FILE}
-                               CHECKER ${EX_CHECKER} MIN_SM ${EX_MIN_SM})
+                               CHECKER ${EX_CHECKER} MIN_SM ${EX_MIN_SM}
+                               FAST_SOLUTION "${EX_FAST_SOLUTION}")
       continue()
     elseif(variant STREQUAL "learner")
       set(source "${module_dir}/${EX_FILE}")
     elseif(variant STREQUAL "solution")
       set(source "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
+    elseif(variant STREQUAL "fast")
+      if(NOT EX_FAST_SOLUTION)
+        continue()  # the readable solution is this exercise's only reference
+      endif()
+      set(source "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FAST_SOLUTION}")
     else()
       message(FATAL_ERROR
-              "COURSE_VARIANTS: unknown variant '${variant}' (learner, solution, emulated)")
+              "COURSE_VARIANTS: unknown variant '${variant}' (learner, solution, fast, emulated)")
     endif()
     set(target "${base}.${variant}")
     if(NOT EXISTS "${source}")
@@ -114,31 +121,34 @@ function(course_exercise)
 endfunction()
 
 # A module: one course_exercise() per [[exercise]] of its module.toml. CMake has no TOML parser,
-# so it reads the four one-line keys it needs; `grader check` enforces that form.
+# so it reads the one-line keys it needs; `grader check` enforces that form.
 function(course_module module_dir)
   get_filename_component(module "${module_dir}" NAME)
   # A new or renamed exercise must re-run CMake, as an edited CMakeLists.txt would.
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${module_dir}/module.toml")
   file(READ "${module_dir}/module.toml" manifest)
   string(REGEX MATCHALL
-    "\n(\\[\\[exercise\\]\\]|id = \"[^\"\n]*\"|file = \"[^\"\n]*\"|checker = \"[^\"\n]*\"|min_sm = [0-9]+)"
+    "\n(\\[\\[exercise\\]\\]|(id|file|checker|fast_solution) = \"[^\"\n]*\"|min_sm = [0-9]+)"
     keys "\n${manifest}")
   set(id "")
   foreach(key IN LISTS keys)
     string(STRIP "${key}" key)
     if(key STREQUAL "[[exercise]]")
       if(id)
-        course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm})
+        course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
+                        FAST_SOLUTION "${fast_solution}")
       endif()
       set(id "")
       set(min_sm 0)
-    elseif(key MATCHES "^(id|file|checker) = \"(.*)\"$")
+      set(fast_solution "")
+    elseif(key MATCHES "^(id|file|checker|fast_solution) = \"(.*)\"$")
       set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
     elseif(key MATCHES "^min_sm = ([0-9]+)$")
       set(min_sm "${CMAKE_MATCH_1}")
     endif()
   endforeach()
   if(id)
-    course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm})
+    course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
+                    FAST_SOLUTION "${fast_solution}")
   endif()
 endfunction()

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# The acceptance of a module on a GPU in one command (course authors, on the device machine):
-# the reference solutions (timed alone), the untouched stubs, then every planted bug of the
-# selected modules, one copy of the tree per exercise, the copies in parallel.
+# The acceptance of modules on a GPU in one command (course authors, on the device machine):
+# the reference solutions, readable and fast (timed alone), the untouched stubs, then every
+# planted bug of the selection, one copy of the tree per exercise, the copies in parallel.
 #
-#   dev/accept.sh SELECTOR [--no-mutants]
-#     SELECTOR  as for `grader run`: all, a module (06) or an exercise (06/layernorm)
+#   dev/accept.sh SELECTOR... [--no-mutants]
+#     SELECTOR  as for `grader run`: all, a module (06) or an exercise (06/layernorm); several
+#               selectors (01 02 03) share one batch of parallel copies
 #   OUT=dir     where solutions.txt, stubs.txt and mutants.txt go (default build/accept)
 #
-# Sequential, `grader check --mutants` for module 06 takes about 15 minutes (35 bugs, a build and a
+# Sequential, `grader check --mutants` for module 06 takes about 15 minutes (40 bugs, a build and a
 # checker run each), longer than one device command may run; eight copies side by side take a
-# few. The copies go to build/accept-copies (each has its own build/mutants). Exit status: 0 when
-# every solution passes, every stub reports todo and every planted bug is caught.
+# few. The copies go to build/accept-copies (each has its own build/mutants and
+# build/mutants-fast). Exit status: 0 when every solution passes (the target met where it is
+# judged), every stub reports todo and every planted bug is caught.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,13p' "$0"; exit 2; }
-selector=$1 mutants=yes
-[ "${2:-}" = --no-mutants ] && mutants=no
+[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
+selectors=() mutants=yes
+for argument in "$@"; do
+  if [ "$argument" = --no-mutants ]; then mutants=no; else selectors+=("$argument"); fi
+done
 out=${OUT:-build/accept}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
@@ -27,21 +31,28 @@ fi
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
-python3 -m grader run "$selector" --solutions > "$out/solutions.txt" 2>&1 || status=1
-# The stubs must all report todo, which `grader run` counts as not passing (exit 1).
-python3 -m grader run "$selector" > "$out/stubs.txt" 2>&1
+: > "$out/solutions.txt"
+: > "$out/stubs.txt"
+for selector in "${selectors[@]}"; do
+  python3 -m grader run "$selector" --solutions >> "$out/solutions.txt" 2>&1 || status=1
+  # A judged target not met is a failure too (`grader run` passes it with "not met").
+  grep -qE '^\S+.* not met \(>=' "$out/solutions.txt" && status=1
+  # The stubs must all report todo, which `grader run` counts as not passing (exit 1).
+  python3 -m grader run "$selector" >> "$out/stubs.txt" 2>&1
+done
 grep -qE '^\S+ +(pass|fail|build error|crash|timeout) ' "$out/stubs.txt" && status=1
 
 if [ "$mutants" = yes ]; then
   # The exercises of the selection that have planted bugs, as module/exercise, found by the
   # grader's own selector and mutant reader.
-  mapfile -t exercises < <(python3 - "$selector" <<'EOF'
+  mapfile -t exercises < <(python3 - "${selectors[@]}" <<'EOF'
 import sys
 from pathlib import Path
 from grader.course import load_course, select
 from grader.mutants import read_mutants
 course = load_course(Path.cwd())
-mutants, _ = read_mutants(course, select(course, sys.argv[1]))
+selected = [exercise for selector in sys.argv[1:] for exercise in select(course, selector)]
+mutants, _ = read_mutants(course, selected)
 print("\n".join(dict.fromkeys(mutant.exercise.key for mutant in mutants)))
 EOF
 )

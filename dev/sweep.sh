@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Times variants of one reference solution's constants in one GPU call (course authors, on the
-# device machine: the whole sweep fits one command).
+# device machine: the whole sweep fits one command). The file swept is the exercise's fast
+# reference where it has one (the manifest's fast_solution: that is where tuned constants live),
+# else its solution.
 #
 #   dev/sweep.sh EXERCISE FILTER VARIANT...
 #     EXERCISE  module/exercise, e.g. 06_softmax_norms/layernorm
@@ -17,7 +19,7 @@
 # `constexpr <type> kName = <value>;` at the start of a line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 3 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,21p' "$0"; exit 2; }
 exercise=$1 filter=$2; shift 2
 module=${exercise%%/*} id=${exercise##*/}
 build=build/sweep
@@ -25,15 +27,24 @@ logs=$build/logs
 scratch=$build/solutions
 rm -rf "$logs" "$scratch" "$build/bins" && mkdir -p "$logs" "$build/bins"
 cp -r solutions "$scratch"
-source_file=$scratch/$module/$id.cu
+# The file and the build variant, from the grader's own manifest reader.
+read -r file variant < <(python3 - "$exercise" <<'EOF'
+import sys
+from pathlib import Path
+from grader.course import load_course, select_one
+exercise = select_one(load_course(Path.cwd()), sys.argv[1])
+print(exercise.fast_solution or exercise.file, "fast" if exercise.fast_solution else "solution")
+EOF
+)
+source_file=$scratch/$module/$file
 [ -f "$source_file" ] || { echo "sweep: no solution $source_file" >&2; exit 2; }
 # The patch names solutions/<module>/<file>: strip a/solutions/ and apply it to the copy.
 [ -z "${PATCH:-}" ] || git apply -p2 --directory="$scratch" "$PATCH"
 cp "$source_file" "$build/pristine.cu"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOURSE_VARIANTS=solution \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOURSE_VARIANTS="$variant" \
   -DCOURSE_SOLUTIONS_DIR="$PWD/$scratch" -DCOURSE_TEST_GRADER=OFF > "$logs/configure.log" 2>&1 ||
   { tail -20 "$logs/configure.log"; exit 1; }
-target=$module.$id.solution
+target=$module.$id.$variant
 names=()
 for variant in "$@"; do
   name=${variant%%:*} settings=${variant#"$name"}

@@ -8,9 +8,10 @@ from typing import Callable
 from grader.course import Course
 from grader.errors import UserError
 from grader.manifest import Exercise
-from grader.results import EMULATED, LEARNER, SOLUTION
+from grader.results import EMULATED, FAST, LEARNER, SOLUTION
 
-TREES = {LEARNER: "build/learner", SOLUTION: "build/solutions", EMULATED: "build/emulated"}
+TREES = {LEARNER: "build/learner", SOLUTION: "build/solutions", FAST: "build/fast",
+         EMULATED: "build/emulated"}
 CONFIGURE_LOG = "grader-configure.log"
 MAX_ERROR_LINES = 5
 # An exercise may not call what it is measured against (CONTRIBUTING.md, "Build layout").

@@ -6,9 +6,10 @@ from grader.course import Course, module_dirs, select
 from grader.errors import UserError
 from grader.grading import build_exercises, grade
 from grader.manifest import Exercise, read_module
-from grader.results import LEARNER, PASS, SOLUTION, TODO, Result
+from grader.results import FAST, LEARNER, PASS, SOLUTION, TODO, Result
 
 STUB_MARKERS = ("TODO", "COURSE_TODO")
+VARIANT_NAMES = {LEARNER: "learner", SOLUTION: "solution", FAST: "fast solution"}
 
 
 def static_problems(root: Path, selector: str) -> tuple[Course, list[Exercise], list[str]]:
@@ -33,6 +34,8 @@ def static_problems(root: Path, selector: str) -> tuple[Course, list[Exercise], 
 def file_problems(course: Course, exercise: Exercise) -> list[str]:
     files = {"stub": course.stub(exercise), "contract": course.contract(exercise),
              "checker": course.checker(exercise), "solution": course.solution(exercise)}
+    if exercise.fast_solution:
+        files["fast solution"] = course.fast_solution(exercise)
     problems = [f"{exercise.key}: its {role} {course.relative(path)} is missing"
                 for role, path in files.items() if not path.is_file()]
     if files["stub"].is_file():
@@ -49,29 +52,34 @@ def _stub_problems(course: Course, exercise: Exercise, stub: str) -> list[str]:
 
 def build_problems(course: Course, exercises: list[Exercise], log: Log,
                    run_checkers: bool) -> list[str]:
-    """Builds both variants; with a GPU, runs them: stubs must say todo, solutions pass fast."""
+    """Builds every variant (the fast one for the exercises that have a fast reference); with a
+    GPU, runs them: stubs must say todo, solutions pass, the judged one meets the target."""
     problems = []
-    for variant in (LEARNER, SOLUTION):
+    for variant in (LEARNER, SOLUTION, FAST):
         tree = BuildTree.standard(course, variant)
+        selected = [exercise for exercise in exercises
+                    if variant != FAST or exercise.fast_solution]
+        if not selected:
+            continue
         if run_checkers:
-            problems += [problem for result in grade(tree, exercises, log)
+            problems += [problem for result in grade(tree, selected, log)
                          for problem in _result_problems(result)]
         else:
-            not_built = build_exercises(tree, exercises, log)
-            problems += [f"{exercise.key}: the {variant} does not build: {_first(outcome.detail)}"
-                         for exercise, outcome in not_built.items()]
+            not_built = build_exercises(tree, selected, log)
+            problems += [f"{exercise.key}: the {VARIANT_NAMES[variant]} does not build: "
+                         f"{_first(outcome.detail)}" for exercise, outcome in not_built.items()]
     return problems
 
 
 def _result_problems(result: Result) -> list[str]:
-    key, variant = result.exercise.key, result.variant
-    expected = TODO if variant == LEARNER else PASS
+    key, variant = result.exercise.key, VARIANT_NAMES[result.variant]
+    expected = TODO if result.variant == LEARNER else PASS
     if result.status != expected:
         return [f"{key}: the {variant} reports {result.status} (expected {expected}): "
                 f"{_first(result.outcome.detail)}"]
     if result.target_met is False:
         ratios = ", ".join(case.percent_text() for case in result.outcome.perf)
-        return [f"{key}: the solution reaches {ratios} of {result.exercise.baseline}, below its "
+        return [f"{key}: the {variant} reaches {ratios} of {result.exercise.baseline}, below its "
                 f"target of {result.exercise.target:.0%}"]
     return []
 

@@ -68,14 +68,14 @@ def tests_run(report: dict) -> list[dict]:
 
 
 def is_timed(test: dict) -> bool:
-    return test.get("result") != "SKIPPED" and ("perf_case" in test or "perf_value" in test)
+    return test.get("result") != "SKIPPED" and ("perf_label" in test or "perf_value" in test)
 
 
 def perf_case(test: dict) -> PerfCase:
     # GoogleTest writes every property as a string.
     numbers = {name: _number(test.get(f"perf_{name}")) for name in PERF_NUMBERS}
     samples = _number(test.get("perf_samples"))
-    return PerfCase(case=test.get("perf_case", test.get("name", "")),
+    return PerfCase(label=test.get("perf_label", test.get("name", "")),
                     metric=test.get("perf_metric", ""), baseline=test.get("perf_baseline", ""),
                     samples=None if samples is None else int(samples), **numbers)
 

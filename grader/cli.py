@@ -1,14 +1,14 @@
-"""The `grader` command line: list, run, report, hint, check."""
+"""The `grader` command line: list, run, report, hint, check, gpu."""
 from pathlib import Path
 
 import click
 
-from grader import hints, ladder
+from grader import gpu_table, hints, ladder
 from grader.build import BuildTree
 from grader.check import build_problems, static_problems
 from grader.course import ALL, Course, find_root, load_course, select, select_one
 from grader.errors import UserError
-from grader.grading import grade
+from grader.grading import grade, grade_references
 from grader.manifest import Exercise
 from grader.mutants import read_mutants, run_mutants
 from grader.progress import update_learner_files
@@ -56,7 +56,9 @@ def list_command(root_option: Path | None) -> None:
 @main.command()
 @click.argument("selector")
 @click.option("--solutions", is_flag=True,
-              help="Grade the reference solutions (built in build/solutions) instead of your code.")
+              help="Grade the reference solutions instead of your code: the readable ones "
+                   "(build/solutions) and, beside them, the fast ones where an exercise has one "
+                   "(build/fast).")
 @click.option("--emulate", is_flag=True,
               help="Grade the reference solutions on the CPU emulator (dev/emu, built in "
                    "build/emulated): correctness only, no GPU needed, for the modules it runs.")
@@ -78,7 +80,10 @@ def run(root_option: Path | None, selector: str, solutions: bool, emulate: bool,
     if not gpu_visible() and not emulate:
         _log(NO_GPU_NOTE)
     variant = EMULATED if emulate else SOLUTION if solutions else LEARNER
-    results = grade(BuildTree.standard(course, variant), exercises, _log, timeout)
+    if variant == SOLUTION:
+        results = grade_references(course, exercises, _log, timeout)
+    else:
+        results = grade(BuildTree.standard(course, variant), exercises, _log, timeout)
     if as_json:
         print_json(results)
     else:
@@ -181,6 +186,18 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
         click.echo(f"{_count(len(problems), 'problem')} found")
         raise SystemExit(1)
     click.echo(f"course OK: {_count(len(exercises), 'exercise')} checked")
+
+
+@main.command()
+@click.pass_obj
+def gpu(root_option: Path | None) -> None:
+    """Show this machine's GPU in figures: SMs, memory, measured bandwidth, peak FLOP/s, ridge."""
+    try:
+        facts = gpu_table.measure(_course(root_option), _log)
+    except gpu_table.GpuUnavailable as reason:
+        click.echo(str(reason))
+        raise SystemExit(1)
+    gpu_table.print_table(make_console(), gpu_table.rows(facts))
 
 
 def _mutant_problems(course: Course, exercises: list[Exercise], variant: str) -> list[str]:

@@ -32,6 +32,12 @@ class Course:
     def solution(self, exercise: Exercise) -> Path:
         return self.root / "solutions" / exercise.module / exercise.file
 
+    def fast_solution(self, exercise: Exercise) -> Path | None:
+        """The tuned reference beside the readable solution, None where there is none."""
+        if not exercise.fast_solution:
+            return None
+        return self.root / "solutions" / exercise.module / exercise.fast_solution
+
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))
 

@@ -2,8 +2,9 @@
 from grader.build import (BuildTree, Log, build, configure, emulated_modules, forbidden_includes,
                           not_emulated)
 from grader.classify import classify
+from grader.course import Course
 from grader.manifest import Exercise
-from grader.results import BUILD_ERROR, EMULATED, LEARNER, SKIPPED, Outcome, Result
+from grader.results import BUILD_ERROR, EMULATED, FAST, LEARNER, SKIPPED, SOLUTION, Outcome, Result
 from grader.runner import run_checker
 
 
@@ -13,6 +14,17 @@ def grade(tree: BuildTree, exercises: list[Exercise], log: Log,
     not_runnable = build_exercises(tree, exercises, log)
     return [_not_run_result(tree, exercise, not_runnable[exercise]) if exercise in not_runnable
             else _run(tree, exercise, timeout_s or exercise.timeout_s) for exercise in exercises]
+
+
+def grade_references(course: Course, exercises: list[Exercise], log: Log,
+                     timeout_s: float | None = None) -> list[Result]:
+    """The readable solutions (build/solutions) and, for the exercises that have one, the fast
+    references (build/fast): each exercise's readable result, then its fast one."""
+    readable = grade(BuildTree.standard(course, SOLUTION), exercises, log, timeout_s)
+    with_fast = [exercise for exercise in exercises if exercise.fast_solution]
+    fast = dict(zip(with_fast, grade(BuildTree.standard(course, FAST), with_fast, log, timeout_s)))
+    return [result for readable_result in readable
+            for result in (readable_result, fast.get(readable_result.exercise)) if result]
 
 
 def build_exercises(tree: BuildTree, exercises: list[Exercise],

@@ -27,13 +27,14 @@ EXERCISE_SCHEMA = {
     "target": ((int, float), "a number"),
     "timeout_s": ((int, float), "a number"),
     "hints": (list, "a list of strings"),
+    "fast_solution": (str, "a string"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "fast_solution"}
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
-CMAKE_KEYS = ("id", "file", "checker", "min_sm")
-CMAKE_LINE = re.compile(r'^(?:(id|file|checker) = "([^"\n]*)"|(min_sm) = ([0-9]+))')
+CMAKE_KEYS = ("id", "file", "checker", "min_sm", "fast_solution")
+CMAKE_LINE = re.compile(r'^(?:(id|file|checker|fast_solution) = "([^"\n]*)"|(min_sm) = ([0-9]+))')
 CMAKE_ENTRY = "[[exercise]]"
 
 
@@ -50,6 +51,9 @@ class Exercise:
     target: float
     timeout_s: float
     hints: tuple[str, ...]
+    # The tuned reference beside the readable one (solutions/<module>/<fast_solution>), where the
+    # target needs more than the lesson; "" when the readable solution is the only reference.
+    fast_solution: str = ""
 
     @property
     def key(self) -> str:
@@ -129,6 +133,12 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'metric' and 'baseline' go together (both set or both empty)")
     if entry["target"] > 0 and not entry["baseline"]:
         problems.append(f"{where}: a 'target' needs a 'baseline' (it is a ratio to the baseline)")
+    fast = entry.get("fast_solution")
+    if fast is not None and (Path(fast).suffix != Path(entry["file"]).suffix or "/" in fast
+                             or fast == entry["file"]):
+        problems.append(f"{where}: 'fast_solution' names a file of solutions/<module>/, beside "
+                        f"the readable solution and with its ending (e.g. {entry['id']}_fast"
+                        f"{Path(entry['file']).suffix})")
     return problems
 
 
@@ -183,6 +193,7 @@ def _module(name: str, data: dict) -> Module:
             target=float(entry["target"]),
             timeout_s=float(entry.get("timeout_s", DEFAULT_TIMEOUT_S)),
             hints=tuple(entry["hints"]),
+            fast_solution=entry.get("fast_solution", ""),
         )
         for entry in data["exercise"]
     )

@@ -9,12 +9,15 @@ from grader.build import BuildTree, Log, configure, not_emulated
 from grader.course import Course
 from grader.grading import grade
 from grader.manifest import Exercise, tomllib
-from grader.results import CRASH, EMULATED, FAIL, SOLUTION
+from grader.results import CRASH, EMULATED, FAIL, FAST, SOLUTION
 
 MUTANTS_FILE = "mutants.toml"
-MUTANTS_TREES = {SOLUTION: "build/mutants", EMULATED: "build/mutants-emulated"}
+# The planted bugs of the readable solutions, and of the fast references (the `fast` variant).
+MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
+                 EMULATED: "build/mutants-emulated"}
 EXPECTABLE = (FAIL, CRASH)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
+OPTIONAL_MUTANT_KEYS = {"fast": bool}
 LOCATION = re.compile(r"^\S+:\d+$")
 
 
@@ -30,10 +33,17 @@ class Mutant:
     new: str
     expect: str
     message: str
+    fast: bool = False  # planted in the exercise's fast reference, not its readable solution
 
     @property
     def label(self) -> str:
-        return f"{self.exercise.key}:{self.name}"
+        kind = "fast:" if self.fast else ""
+        return f"{self.exercise.key}:{kind}{self.name}"
+
+    @property
+    def file(self) -> str:
+        """The solution file it goes into, relative to solutions/<module>/."""
+        return self.exercise.fast_solution if self.fast else self.exercise.file
 
 
 @dataclass(frozen=True)
@@ -76,9 +86,17 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
         elif not _is_replacement(entry["replace"]) or not isinstance(entry["message"], str):
             problems.append(f"{where}: replace must be [old, new] (old not empty), message a "
                             "string")
+        elif unknown := entry.keys() - {*MUTANT_KEYS, *OPTIONAL_MUTANT_KEYS}:
+            problems.append(f"{where}: unknown key {', '.join(sorted(unknown))}")
+        elif not isinstance(entry.get("fast", False), bool):
+            problems.append(f"{where}: fast must be true or false")
+        elif entry.get("fast") and not exercises_by_id[entry["exercise"]].fast_solution:
+            problems.append(f"{where}: fast = true, but '{entry['exercise']}' has no "
+                            "fast_solution in its manifest")
         else:
             mutants.append(Mutant(exercises_by_id[entry["exercise"]], entry["name"],
-                                  *entry["replace"], entry["expect"], entry["message"]))
+                                  *entry["replace"], entry["expect"], entry["message"],
+                                  entry.get("fast", False)))
     return mutants, problems
 
 
@@ -88,11 +106,35 @@ def _is_replacement(pair) -> bool:
             and all(isinstance(text, str) for text in pair) and pair[0] != "")
 
 
+def layout_free_pattern(text: str) -> re.Pattern:
+    """`text` as a pattern that ignores how the code is laid out, so that reformatting a solution
+    (clang-format) keeps its planted bugs: white space may appear, vanish or change between any two
+    characters, except inside a word (an identifier or a number), and two words apart in `text`
+    stay apart."""
+    pieces, last, spaced = [], "", False
+    for char in text:
+        if char.isspace():
+            spaced = bool(last)
+            continue
+        if last:
+            both_words = _is_word(last) and _is_word(char)
+            pieces.append(r"\s+" if both_words and spaced else "" if both_words else r"\s*")
+        pieces.append(re.escape(char))
+        last, spaced = char, False
+    return re.compile("".join(pieces))
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 def apply_mutant(source: str, mutant: Mutant) -> str:
-    count = source.count(mutant.old)
-    if count != 1:
-        raise BrokenMutant(f"its replace text occurs {count} times in the solution (needs 1)")
-    return source.replace(mutant.old, mutant.new)
+    matches = list(layout_free_pattern(mutant.old).finditer(source))
+    if len(matches) != 1:
+        raise BrokenMutant(f"its replace text occurs {len(matches)} times in the solution (needs "
+                           "1; white space does not count)")
+    [match] = matches
+    return source[:match.start()] + mutant.new + source[match.end():]
 
 
 @contextmanager
@@ -110,27 +152,34 @@ def mutated(path: Path, mutant: Mutant):
 def run_mutants(course: Course, mutants: list[Mutant], log: Log,
                 variant: str = SOLUTION) -> list[MutantOutcome]:
     """Builds each mutant from a scratch copy of solutions/ and checks that it is caught, on the
-    GPU (`variant` SOLUTION) or on the CPU emulator (EMULATED)."""
+    GPU (`variant` SOLUTION: the fast references' mutants in a tree of the FAST variant) or on the
+    CPU emulator (EMULATED: the readable solutions' mutants only)."""
     sources = course.root / MUTANTS_TREES[variant] / "src"
     shutil.rmtree(sources, ignore_errors=True)
     # Fresh modification times (shutil.copy, not copy2): ninja must never take a copy for older
     # than a binary built from an earlier mutant.
     shutil.copytree(course.root / "solutions", sources, copy_function=shutil.copy)
-    tree = BuildTree(course, variant, course.root / MUTANTS_TREES[variant],
-                     defines=(f"-DCOURSE_SOLUTIONS_DIR={sources}",))
+    trees = {kind: BuildTree(course, kind, course.root / MUTANTS_TREES[kind],
+                             defines=(f"-DCOURSE_SOLUTIONS_DIR={sources}",))
+             for kind in ((EMULATED,) if variant == EMULATED else (SOLUTION, FAST))}
     if variant == EMULATED:
-        configure(tree, log)
-        skipped = not_emulated(tree, [mutant.exercise for mutant in mutants])
+        if any(mutant.fast for mutant in mutants):
+            log("the emulated run takes the readable solutions' planted bugs only; those of the "
+                "fast references run on a GPU")
+        mutants = [mutant for mutant in mutants if not mutant.fast]
+        configure(trees[EMULATED], log)
+        skipped = not_emulated(trees[EMULATED], [mutant.exercise for mutant in mutants])
         if skipped:
             modules = sorted({exercise.module for exercise in skipped})
             log(f"not emulated, so their planted bugs are not run: {', '.join(modules)}")
         mutants = [mutant for mutant in mutants if mutant.exercise not in skipped]
-    return [_run_one(tree, sources, mutant, log) for mutant in mutants]
+    return [_run_one(trees[EMULATED if variant == EMULATED else FAST if mutant.fast else SOLUTION],
+                     sources, mutant, log) for mutant in mutants]
 
 
 def _run_one(tree: BuildTree, sources: Path, mutant: Mutant, log: Log) -> MutantOutcome:
     expected = f"{mutant.expect}: {mutant.message}"
-    path = sources / mutant.exercise.module / mutant.exercise.file
+    path = sources / mutant.exercise.module / mutant.file
     try:
         with mutated(path, mutant):
             [result] = grade(tree, [mutant.exercise], log)

@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.course import Course
-from grader.results import (BUILD_ERROR, CRASH, FAIL, PASS, SKIPPED, TIMEOUT, TODO, PerfCase,
-                            Result)
+from grader.results import (BUILD_ERROR, CRASH, FAIL, FAST, PASS, SKIPPED, SOLUTION, TIMEOUT,
+                            TODO, PerfCase, Result)
 
 STATUS_STYLES = {PASS: "green", FAIL: "red", TODO: "yellow", BUILD_ERROR: "red",
                  CRASH: "bold red", TIMEOUT: "magenta", SKIPPED: "cyan"}
@@ -86,8 +86,18 @@ def _results_table(module: str, results: list[Result]) -> tuple[Table, dict[int,
     return table, details
 
 
+def row_name(result: Result) -> str:
+    """The exercise's id; an exercise with a fast reference has two rows, named by kind."""
+    exercise = result.exercise
+    if result.variant == FAST:
+        return f"{exercise.id} (fast)"
+    if result.variant == SOLUTION and exercise.fast_solution:
+        return f"{exercise.id} (readable)"
+    return exercise.id
+
+
 def _rows(result: Result) -> list[list]:
-    first = [result.exercise.id, status_text(result.status)]
+    first = [row_name(result), status_text(result.status)]
     target = _target_text(result)
     cases = result.outcome.perf if result.passed else []
     if len(cases) == 1:
@@ -96,9 +106,9 @@ def _rows(result: Result) -> list[list]:
     rows = [first + [filler] * 3 + [target]]
     exercise = result.exercise
     for case in cases:
-        judged = exercise.target > 0 and case.baseline == exercise.baseline
+        judged = result.judged and exercise.target > 0 and case.baseline == exercise.baseline
         met = "" if not judged else "met" if case.meets(exercise.target) else "not met"
-        rows.append([f"  {case.case}", ""] + _perf_cells(case) + [met])
+        rows.append([f"  {case.label}", ""] + _perf_cells(case) + [met])
     return rows
 
 
@@ -107,6 +117,8 @@ def _perf_cells(case: PerfCase) -> list[str]:
 
 
 def _target_text(result: Result) -> str:
+    if result.passed and not result.judged and result.exercise.target > 0:
+        return "judged on fast"
     met = result.target_met
     if met is None:
         return "-"

@@ -13,7 +13,8 @@ SKIPPED = "skipped"
 STATUSES = (PASS, FAIL, TODO, BUILD_ERROR, CRASH, TIMEOUT, SKIPPED)
 
 LEARNER = "learner"
-SOLUTION = "solution"
+SOLUTION = "solution"  # the readable reference solution
+FAST = "fast"  # the tuned reference beside it (the manifest's fast_solution), where there is one
 EMULATED = "emulated"  # the solution on the CPU emulator (dev/emu): no GPU needed
 
 
@@ -21,7 +22,7 @@ EMULATED = "emulated"  # the solution on the CPU emulator (dev/emu): no GPU need
 class PerfCase:
     """One timed case: the checker's `perf_*` GoogleTest properties (CONTRIBUTING.md)."""
 
-    case: str
+    label: str
     metric: str
     value: float | None
     baseline: str
@@ -80,9 +81,18 @@ class Result:
         return self.status == PASS
 
     @property
+    def judged(self) -> bool:
+        """Whether the target is judged on this result: not on a readable solution that has a
+        fast reference beside it (the fast one is judged)."""
+        return not (self.variant == SOLUTION and self.exercise.fast_solution)
+
+    @property
     def target_met(self) -> bool | None:
-        """None when there is nothing to judge: no target, no timed case, or not a pass."""
-        return target_met(self.exercise, self.outcome.perf) if self.passed else None
+        """None when there is nothing to judge: no target, no timed case, not a pass, or a
+        readable solution whose target is judged on its fast reference."""
+        if not (self.passed and self.judged):
+            return None
+        return target_met(self.exercise, self.outcome.perf)
 
     def to_json(self) -> dict:
         return {

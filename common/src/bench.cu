@@ -22,11 +22,12 @@ __global__ void read_through_kernel(const float4* buffer, std::size_t count, flo
         const float4 v = buffer[i];
         sum += v.x + v.y + v.z + v.w;
     }
-    if (sum == 12345.678f) *sink = sum;  // never true (the buffer is zeros), but the reads must stay
+    if (sum == 12345.678f)
+        *sink = sum;  // never true (the buffer is zeros), but the reads must stay
 }
 
 class L2Flusher {
-public:
+  public:
     L2Flusher() : bytes_(std::max<std::size_t>(2 * gpu().l2_bytes, 32u << 20)) {
         CUDA_CHECK(cudaMalloc(&buffer_, bytes_ + sizeof(float)));
         CUDA_CHECK(cudaMemset(buffer_, 0, bytes_ + sizeof(float)));
@@ -41,7 +42,7 @@ public:
         CUDA_CHECK_LAUNCH();
     }
 
-private:
+  private:
     std::size_t bytes_;
     void* buffer_ = nullptr;
 };
@@ -52,7 +53,7 @@ L2Flusher& flusher() {
 }
 
 class EventPair {
-public:
+  public:
     EventPair() {
         CUDA_CHECK(cudaEventCreate(&start_));
         CUDA_CHECK(cudaEventCreate(&stop_));
@@ -73,7 +74,7 @@ public:
         return ms;
     }
 
-private:
+  private:
     cudaEvent_t start_{}, stop_{};
 };
 
@@ -108,7 +109,19 @@ PairTiming time_against(const std::function<void()>& learner, const std::functio
     return {summarize(learner_ms), summarize(baseline_ms)};
 }
 
-void record_perf(const PerfCase& perf) {
+namespace {
+
+// One timed case, in the names of its properties (perf_label, perf_metric, ...: CONTRIBUTING.md).
+struct PerfCase {
+    std::string label;          // which size
+    std::string metric;         // "GB/s", "TFLOP/s"
+    double value = 0;           // the code under test, from its median time
+    std::string baseline;       // what it ran against
+    double baseline_value = 0;  // the baseline, same metric, same run
+    PairTiming timing;
+};
+
+void record(const PerfCase& perf) {
     auto text = [](double value) {
         char buffer[32];
         std::snprintf(buffer, sizeof buffer, "%.6g", value);
@@ -117,8 +130,8 @@ void record_perf(const PerfCase& perf) {
     const double ratio = perf.baseline_value > 0 ? perf.value / perf.baseline_value : 0.0;
     const TimingStats& t = perf.timing.learner;
     using testing::Test;
-    Test::RecordProperty("perf_case", perf.label);
-    Test::RecordProperty("perf_metric", perf.unit);
+    Test::RecordProperty("perf_label", perf.label);
+    Test::RecordProperty("perf_metric", perf.metric);
     Test::RecordProperty("perf_value", text(perf.value));
     Test::RecordProperty("perf_baseline", perf.baseline);
     Test::RecordProperty("perf_baseline_value", text(perf.baseline_value));
@@ -128,11 +141,26 @@ void record_perf(const PerfCase& perf) {
     Test::RecordProperty("perf_spread_pct", text(t.spread_pct));
     Test::RecordProperty("perf_samples", t.samples);
     Test::RecordProperty("perf_baseline_median_ms", text(perf.timing.baseline.median_ms));
-    std::printf("[perf] %s: %.1f %s (median %.4f ms, min %.4f, spread %.1f%%, %d samples) | %s %.1f %s "
-                "(median %.4f ms) | %.1f%%\n",
-                perf.label.c_str(), perf.value, perf.unit.c_str(), t.median_ms, t.min_ms,
-                t.spread_pct, t.samples, perf.baseline.c_str(), perf.baseline_value,
-                perf.unit.c_str(), perf.timing.baseline.median_ms, 100.0 * ratio);
+    std::printf(
+        "[perf] %s: %.1f %s (median %.4f ms, min %.4f, spread %.1f%%, %d samples) | %s "
+        "%.1f %s (median %.4f ms) | %.1f%%\n",
+        perf.label.c_str(), perf.value, perf.metric.c_str(), t.median_ms, t.min_ms, t.spread_pct,
+        t.samples, perf.baseline.c_str(), perf.baseline_value, perf.metric.c_str(),
+        perf.timing.baseline.median_ms, 100.0 * ratio);
+}
+
+}  // namespace
+
+void record_bandwidth(const std::string& label, const PairTiming& timing, double bytes,
+                      const std::string& baseline, double baseline_bytes) {
+    record({label, "GB/s", gb_per_s(bytes, timing.learner.median_ms), baseline,
+            gb_per_s(baseline_bytes, timing.baseline.median_ms), timing});
+}
+
+void record_flops(const std::string& label, const PairTiming& timing, double flops,
+                  const std::string& baseline, double baseline_flops) {
+    record({label, "TFLOP/s", tflop_per_s(flops, timing.learner.median_ms), baseline,
+            tflop_per_s(baseline_flops, timing.baseline.median_ms), timing});
 }
 
 }  // namespace course

@@ -1,6 +1,7 @@
 #include "course/buffer.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "course/check.h"
@@ -48,7 +49,18 @@ DeviceAllocation::DeviceAllocation(std::string name, std::size_t bytes, std::siz
 }
 
 DeviceAllocation::~DeviceAllocation() {
-    if (base_) cudaFree(base_);  // no throw from a destructor; a sticky error is reported elsewhere
+    if (!base_) return;
+    // Every buffer's redzones are checked when it goes, as a failure of the running test. Not
+    // while an exception unwinds the test (a todo stub, a CUDA error: the test has failed
+    // already, and a poisoned context cannot be read), and nothing thrown from here.
+    if (std::uncaught_exceptions() == 0 && testing::UnitTest::GetInstance()->current_test_info()) {
+        try {
+            EXPECT_TRUE(redzones_intact());
+        } catch (const std::exception&) {
+            // a sticky CUDA error: the test that caused it reports it
+        }
+    }
+    cudaFree(base_);
 }
 
 DeviceAllocation::DeviceAllocation(DeviceAllocation&& other) noexcept
@@ -80,8 +92,8 @@ void DeviceAllocation::download(void* host, std::size_t bytes) const {
 testing::AssertionResult DeviceAllocation::redzones_intact() {
     std::vector<unsigned char> before(kRedzoneBytes), after(kRedzoneBytes);
     char* payload = static_cast<char*>(data());
-    CUDA_CHECK(cudaMemcpy(before.data(), payload - kRedzoneBytes, kRedzoneBytes,
-                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(before.data(), payload - kRedzoneBytes, kRedzoneBytes, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(after.data(), payload + bytes_, kRedzoneBytes, cudaMemcpyDeviceToHost));
     const std::string past_end = damage(after, true), before_start = damage(before, false);
     if (past_end.empty() && before_start.empty()) return testing::AssertionSuccess();

@@ -1,19 +1,21 @@
 # The emulated variant (COURSE_VARIANTS): each solution with its real checker, built with the
 # host compiler against the CUDA runtime of shadow/ (emu.h runs the kernels), as the target
-# <module>.<id>.emulated in bin/ and the CTest test of that name (label emulated). The checkers'
-# timing cases skip there: the emulated GPU reports 512 MB free. COURSE_EMULATED_MODULES names
-# the modules the emulator can run (not those whose kernels use inline PTX, cp.async, TMA or
-# tensor cores: dev/README.md).
+# <module>.<id>.emulated in bin/ and the CTest test of that name (label emulated); where the
+# exercise has a fast reference, that one too, as <module>.<id>.emulated_fast (CTest only: the
+# grader's --emulate grades the readable solutions). The checkers' timing cases skip there: the
+# emulated GPU reports 512 MB free. COURSE_EMULATED_MODULES names the modules the emulator can run
+# (not those whose kernels use inline PTX, cp.async, TMA or tensor cores: dev/README.md).
 set(COURSE_EMULATED_MODULES 06_softmax_norms CACHE STRING
     "Modules whose solutions run on the CPU emulator (the emulated variant)")
 
 find_package(Python3 3.10 REQUIRED COMPONENTS Interpreter)
 set(COURSE_EMU_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
-# emu_translate(<variable> <file.cu> [SEQUENTIAL]): the translated .cpp (translate.py) of a CUDA
-# source, in the build tree; SEQUENTIAL for kernels without barriers (the harness's fills).
+# emu_translate(<variable> <file.cu> [SEQUENTIAL] [INLINES <other.cu>...]): the translated .cpp
+# (translate.py) of a CUDA source, in the build tree; SEQUENTIAL for kernels without barriers (the
+# harness's fills); INLINES the .cu files it includes (translated into it: it depends on them).
 function(emu_translate variable source)
-  cmake_parse_arguments(T "SEQUENTIAL" "" "" ${ARGN})
+  cmake_parse_arguments(T "SEQUENTIAL" "" "INLINES" ${ARGN})
   file(RELATIVE_PATH relative "${PROJECT_SOURCE_DIR}" "${source}")
   string(MAKE_C_IDENTIFIER "${relative}" name)
   set(output "${CMAKE_BINARY_DIR}/emulated/${name}.cpp")
@@ -23,7 +25,7 @@ function(emu_translate variable source)
   endif()
   add_custom_command(OUTPUT "${output}"
     COMMAND Python3::Interpreter "${COURSE_EMU_DIR}/translate.py" ${mode} "${source}" "${output}"
-    DEPENDS "${source}" "${COURSE_EMU_DIR}/translate.py"
+    DEPENDS "${source}" ${T_INLINES} "${COURSE_EMU_DIR}/translate.py"
     COMMENT "emu: translating ${relative}")
   set(${variable} "${output}" PARENT_SCOPE)
 endfunction()
@@ -46,23 +48,34 @@ target_link_libraries(course_emu_harness PUBLIC course_harness_host GTest::gtest
 
 # One exercise, called by course_exercise for the emulated variant.
 function(course_emulated_exercise)
-  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM" "" ${ARGN})
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;FAST_SOLUTION" "" ${ARGN})
   if(NOT EX_MODULE IN_LIST COURSE_EMULATED_MODULES)
     return()
   endif()
   set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
   emu_translate(checker_source "${module_dir}/${EX_CHECKER}")
-  emu_translate(solution_source "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
-  set(target "${EX_MODULE}.${EX_ID}.emulated")
-  add_executable(${target} ${checker_source} ${solution_source})
-  emu_compile_as_device(${target})
-  # The translated files live in the build tree: their quoted includes need the originals' folders.
-  get_filename_component(checker_dir "${module_dir}/${EX_CHECKER}" DIRECTORY)
-  target_include_directories(${target} PRIVATE "${module_dir}" "${checker_dir}"
-                                               "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}")
-  target_compile_definitions(${target} PRIVATE COURSE_MIN_SM=${EX_MIN_SM})
-  target_link_libraries(${target} PRIVATE course_emu_harness)
-  set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
-  add_test(NAME ${target} COMMAND ${target} --gtest_color=no)
-  set_tests_properties(${target} PROPERTIES LABELS "${EX_MODULE};emulated" TIMEOUT 900)
+  set(readable "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
+  set(references emulated "${EX_FILE}")
+  if(EX_FAST_SOLUTION)
+    list(APPEND references emulated_fast "${EX_FAST_SOLUTION}")
+  endif()
+  while(references)
+    list(POP_FRONT references variant file)
+    # A fast reference includes its readable solution.
+    emu_translate(solution_source "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${file}" INLINES
+                  "${readable}")
+    set(target "${EX_MODULE}.${EX_ID}.${variant}")
+    add_executable(${target} ${checker_source} ${solution_source})
+    emu_compile_as_device(${target})
+    # The translated files live in the build tree: their quoted includes need the originals'
+    # folders.
+    get_filename_component(checker_dir "${module_dir}/${EX_CHECKER}" DIRECTORY)
+    target_include_directories(${target} PRIVATE "${module_dir}" "${checker_dir}"
+                                                 "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}")
+    target_compile_definitions(${target} PRIVATE COURSE_MIN_SM=${EX_MIN_SM})
+    target_link_libraries(${target} PRIVATE course_emu_harness)
+    set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
+    add_test(NAME ${target} COMMAND ${target} --gtest_color=no)
+    set_tests_properties(${target} PROPERTIES LABELS "${EX_MODULE};emulated" TIMEOUT 900)
+  endwhile()
 endfunction()

@@ -6,13 +6,16 @@
 
 With --sequential, launches run each thread to its end in turn (::emu::launch_sequential): for
 kernels without barriers or shuffles, such as the harness's fill kernels, which run on large
-buffers. A line directive keeps compiler messages pointing at the original file.
+buffers. A `#include "other.cu"` (a fast reference includes its readable solution) is replaced by
+that file, translated the same way. Line directives keep compiler messages pointing at the
+original files.
 
 Usage: python3 translate.py [--sequential] FILE.cu OUT.cpp
 """
 import argparse
 import itertools
 import re
+from pathlib import Path
 
 DYNAMIC = re.compile(r"extern __shared__\s+(?:__align__\(\d+\)\s+)?([\w:<>]+(?:\s+[\w:<>]+)*?)\s+"
                      r"(\w+)\[\];")
@@ -20,6 +23,18 @@ DECLARATOR = r"\w+\s*(?:\[[^\]]*\])*"
 STATIC = re.compile(rf"__shared__\s+([\w:<>\s]+?)\s+({DECLARATOR}(?:\s*,\s*{DECLARATOR})*)\s*;")
 NAME_AND_DIMENSIONS = re.compile(r"(\w+)\s*((?:\[[^\]]*\])*)")
 LAUNCH = re.compile(r"([\w:]+(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>", re.S)
+INCLUDED_SOURCE = re.compile(r'^#include "([^"]+\.cu)"$', re.M)
+
+
+def with_included_sources(source: str, path: Path) -> str:
+    """`source` (the text of `path`) with each `#include "x.cu"` replaced by that file's text."""
+    def inline(match: re.Match) -> str:
+        included = path.parent / match[1]
+        resumes = source.count("\n", 0, match.end()) + 2  # the line after the include
+        text = with_included_sources(included.read_text(encoding="utf-8"), included)
+        return f'#line 1 "{included}"\n{text}\n#line {resumes} "{path}"'
+
+    return INCLUDED_SOURCE.sub(inline, source)
 
 
 def translate(source: str, launcher: str = "launch") -> str:
@@ -42,8 +57,9 @@ def main() -> None:
     parser.add_argument("source", help="the .cu file")
     parser.add_argument("output", help="the .cpp file to write")
     args = parser.parse_args()
-    with open(args.source, encoding="utf-8") as f:
-        text = translate(f.read(), "launch_sequential" if args.sequential else "launch")
+    source = Path(args.source)
+    text = translate(with_included_sources(source.read_text(encoding="utf-8"), source),
+                     "launch_sequential" if args.sequential else "launch")
     with open(args.output, "w", encoding="utf-8") as f:
         f.write(f'#include "emu.h"\n#line 1 "{args.source}"\n{text}')
 

@@ -57,6 +57,13 @@ def test_static_checks_list_every_problem(course):
     ]
 
 
+def test_a_missing_fast_solution_is_a_problem(course):
+    (course / "solutions/01_fixture/passes_fast.cpp").unlink()
+    result = invoke(course, "check", "--no-build")
+    assert problems(result) == ["01_fixture/passes: its fast solution "
+                                "solutions/01_fixture/passes_fast.cpp is missing"]
+
+
 def test_a_forbidden_include_in_a_stub_is_a_problem(course):
     edit(course / "modules/01_fixture/todo.cpp", '#include "todo.h"',
          '#include "todo.h"\n#  include <thrust/sort.h>')

@@ -7,7 +7,7 @@ from grader.runner import CheckerRun
 
 ROOT = "/home/learner/course"
 EXE = "build/learner/bin/01_basics.vector_add.learner"
-PERF = {"perf_case": "n=2^25", "perf_metric": "GB/s", "perf_value": "2712.5",
+PERF = {"perf_label": "n=2^25", "perf_metric": "GB/s", "perf_value": "2712.5",
         "perf_baseline": "copy", "perf_baseline_value": "3001", "perf_ratio": "0.903865",
         "perf_median_ms": "0.148", "perf_min_ms": "0.147", "perf_spread_pct": "1.2",
         "perf_samples": "40", "perf_baseline_median_ms": "0.0894"}
@@ -39,7 +39,7 @@ def test_a_clean_run_passes_with_its_timed_case_parsed():
     outcome = grade(report(case(), case("Bandwidth", **PERF)))
     assert outcome.status == PASS and outcome.detail == []
     [timed] = outcome.perf
-    assert (timed.case, timed.metric, timed.baseline) == ("n=2^25", "GB/s", "copy")
+    assert (timed.label, timed.metric, timed.baseline) == ("n=2^25", "GB/s", "copy")
     assert timed.value == 2712.5 and timed.baseline_value == 3001.0
     assert timed.ratio == pytest.approx(0.903865) and timed.samples == 40
     assert timed.baseline_median_ms == pytest.approx(0.0894)

@@ -58,6 +58,10 @@ def test_a_valid_manifest_reads_with_defaults(tmp_path):
     (lambda text: text.replace("week = 1", 'week = "one"'), "'week' must be an integer"),
     (lambda text: text + "[extra]\n", "unknown top-level key 'extra'"),
     (lambda text: text + "this is not toml", "not valid TOML"),
+    (lambda text: text.replace("target = 0.9", 'target = 0.9\nfast_solution = "fast.cpp"'),
+     "'fast_solution' names a file of solutions/<module>/, beside"),
+    (lambda text: text.replace("target = 0.9", 'target = 0.9\n  fast_solution = "fast.cu"'),
+     "write fast_solution on one line at column 0"),
 ])
 def test_manifest_problems_are_found(tmp_path, edit, problem):
     problems = problems_of(tmp_path, edit(HEADER + EXERCISE.format(id="vector_add")))
@@ -77,10 +81,23 @@ def test_a_module_folder_must_be_zero_padded(tmp_path):
 
 
 def test_cmake_view_reads_what_course_cmake_reads():
-    text = HEADER + EXERCISE.format(id="a") + EXERCISE.format(id="b").replace("min_sm = 75", "")
+    text = (HEADER + EXERCISE.format(id="a") + 'fast_solution = "a_fast.cu"\n'
+            + EXERCISE.format(id="b").replace("min_sm = 75", ""))
     assert cmake_view(text) == [
-        {"id": "a", "file": "a.cu", "checker": "tests/a_test.cu", "min_sm": "75"},
+        {"id": "a", "file": "a.cu", "checker": "tests/a_test.cu", "min_sm": "75",
+         "fast_solution": "a_fast.cu"},
         {"id": "b", "file": "b.cu", "checker": "tests/b_test.cu"}]
+
+
+def test_a_fast_solution_is_optional(tmp_path):
+    module_dir = tmp_path / "01_basics"
+    module_dir.mkdir()
+    (module_dir / "module.toml").write_text(
+        HEADER + EXERCISE.format(id="a") + 'fast_solution = "a_fast.cu"\n'
+        + EXERCISE.format(id="b"))
+    module, problems = read_module(module_dir)
+    assert problems == []
+    assert [exercise.fast_solution for exercise in module.exercises] == ["a_fast.cu", ""]
 
 
 @pytest.mark.parametrize("selector, keys", [

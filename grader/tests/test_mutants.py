@@ -33,6 +33,14 @@ name = "text_not_in_the_solution"
 replace = ["no such text", "x"]
 expect = "fail"
 message = "x"
+
+[[mutant]]
+exercise = "passes"
+name = "shifts_too_far"
+fast = true
+replace = ["x<<1", "x << 2"]
+expect = "fail"
+message = "Which is: 84"
 '''
 
 
@@ -44,6 +52,18 @@ def mutant(course) -> Mutant:
 
 def test_a_replacement_found_once_is_applied(mutant):
     assert apply_mutant("for (i = 0; i < n; ++i)", mutant) == "for (i = 0; i <= n; ++i)"
+
+
+@pytest.mark.parametrize("source", ["for (i = 0; i<n; ++i)", "for (i = 0; i <\n      n; ++i)"])
+def test_white_space_does_not_count_in_a_replacement(mutant, source):
+    assert apply_mutant(source, mutant) == "for (i = 0; i <= n; ++i)"
+
+
+def test_words_apart_stay_apart_and_words_stay_whole(mutant):
+    spaced = Mutant(mutant.exercise, "x", old="int i", new="long i", expect="fail", message="")
+    assert apply_mutant("int  i = 0;", spaced) == "long i = 0;"
+    with pytest.raises(BrokenMutant, match="occurs 0 times"):
+        apply_mutant("inti = 0; in t i;", spaced)
 
 
 @pytest.mark.parametrize("source, count", [("no loop", 0), ("i < n && i < n", 2)])
@@ -100,6 +120,22 @@ def test_a_mutant_may_delete_text_but_must_find_some(course):
     assert read_mutants(load_course(course), []) == ([], [])
 
 
+def test_a_fast_mutant_needs_a_fast_solution(course):
+    (course / "solutions/01_fixture/mutants.toml").write_text(
+        '[[mutant]]\nexercise = "todo"\nname = "a"\nfast = true\nreplace = ["x", "y"]\n'
+        'expect = "fail"\nmessage = ""\n[[mutant]]\nexercise = "passes"\nname = "b"\n'
+        'fast = "yes"\nreplace = ["x", "y"]\nexpect = "fail"\nmessage = ""\n[[mutant]]\n'
+        'exercise = "passes"\nname = "c"\nfast = true\nfile = "x"\nreplace = ["x", "y"]\n'
+        'expect = "fail"\nmessage = ""\n')
+    mutants, problems = read_mutants(load_course(course), load_course(course).exercises)
+    assert mutants == []
+    assert problems == [
+        "solutions/01_fixture/mutants.toml: mutant 'a': fast = true, but 'todo' has no "
+        "fast_solution in its manifest",
+        "solutions/01_fixture/mutants.toml: mutant 'b': fast must be true or false",
+        "solutions/01_fixture/mutants.toml: mutant 'c': unknown key file"]
+
+
 def test_the_fixtures_own_mutants_are_well_formed(course):
     mutants, problems = read_mutants(load_course(course), load_course(course).exercises)
     assert problems == [] and [m.label for m in mutants] == [
@@ -116,7 +152,7 @@ def test_a_mutants_run_catches_planted_bugs_and_reports_the_rest(course, gpu):
     assert "01_fixture/mismatch:plus_instead_of_times" in table
     assert "01_fixture/passes:trap" in table
     assert [line.split()[-1] for line in table.splitlines()
-            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO"]
+            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO", "yes"]
     assert ("mutant 01_fixture/todo:expects_the_wrong_message not caught: expected fail: this "
             "text is nowhere, got fail: Expected equality of these values:") in table
     assert ("mutant 01_fixture/hangs:text_not_in_the_solution not caught: expected fail: x, got "
@@ -125,6 +161,9 @@ def test_a_mutants_run_catches_planted_bugs_and_reports_the_rest(course, gpu):
     # The real solutions are never touched; the scratch copy is restored after each mutant.
     assert solution.read_text() == original
     assert (course / "build/mutants/src/01_fixture/mismatch.cpp").read_text() == original
+    # The fast reference's planted bug went into its own file, built as the fast variant.
+    assert "01_fixture/passes:fast:shifts_too_far" in table
+    assert (course / "build/mutants-fast/bin/01_fixture.passes.fast").is_file()
 
 
 def test_without_a_gpu_the_emulator_runs_the_planted_bugs(course, no_gpu):
@@ -133,6 +172,7 @@ def test_without_a_gpu_the_emulator_runs_the_planted_bugs(course, no_gpu):
     (course / "solutions/01_fixture/mutants.toml").write_text(MUTANTS)
     result = invoke(course, "check", "--no-build", "--mutants", "--emulate")
     assert result.exit_code == 1
+    assert "those of the fast references run on a GPU" in result.stderr
     assert [line.split()[-1] for line in result.stdout.splitlines()
             if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO"]
     assert (course / "build/mutants-emulated/bin/01_fixture.mismatch.emulated").is_file()

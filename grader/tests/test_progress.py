@@ -39,7 +39,7 @@ def test_missing_files_are_created_whole(course):
 
 def test_a_pass_ticks_the_roadmap_and_fills_the_status_table(course):
     entry = {"status": "pass", "timestamp": "2026-03-01T10:00:00+00:00",
-             "best": {"perf": [{"case": "n", "metric": "GB/s", "value": 900.0, "baseline": "copy",
+             "best": {"perf": [{"label": "n", "metric": "GB/s", "value": 900.0, "baseline": "copy",
                                 "baseline_value": 1000.0, "ratio": 0.9}]}}
     update_learner_files(load_course(course), {"01_fixture/passes": entry,
                                                "01_fixture/todo": {**entry, "status": "todo"}})

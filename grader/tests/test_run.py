@@ -89,6 +89,22 @@ def test_solutions_all_pass_in_their_own_tree(built_course):
     assert (built_course.root / "build/solutions/bin/01_fixture.hangs.solution").is_file()
 
 
+def test_solutions_show_the_readable_and_the_fast_reference_judging_the_fast(built_course):
+    lines = built_course.solutions.stdout.splitlines()
+    readable = lines.index(next(line for line in lines if line.startswith("passes (readable)")))
+    assert lines[readable].split()[-3:] == ["judged", "on", "fast"]
+    assert lines[readable + 1].split()[-1] == "90.0%"  # shown, not judged
+    fast = lines.index(next(line for line in lines if line.startswith("passes (fast)")))
+    assert fast == readable + 3  # its own row and cases, right after the readable ones
+    assert lines[fast].split()[-3:] == ["met", "(>=", "80%)"]
+    assert lines[fast + 1].split()[-2:] == ["90.0%", "met"]
+    assert (built_course.root / "build/fast/bin/01_fixture.passes.fast").is_file()
+    assert not (built_course.root / "build/fast/bin/01_fixture.hangs.fast").exists()
+    saved = json.loads((built_course.root / ".grader/results.json").read_text())
+    assert saved["fast"]["01_fixture/passes"]["target_met"] is True
+    assert saved["solution"]["01_fixture/passes"]["target_met"] is None
+
+
 def test_json_lists_every_result(built_course):
     results = {entry["exercise"]: entry for entry in json.loads(built_course.learner_json.stdout)}
     assert {key.split("/")[1]: entry["status"] for key, entry in results.items()} == \
@@ -105,7 +121,7 @@ def test_results_are_saved_for_both_variants(built_course):
     saved = json.loads((built_course.root / ".grader/results.json").read_text())
     assert saved["solution"]["01_fixture/segfault"]["status"] == "pass"
     assert saved["learner"]["01_fixture/segfault"]["status"] == "crash"
-    assert saved["learner"]["01_fixture/passes"]["best"]["perf"][0]["case"] == "n=2^10"
+    assert saved["learner"]["01_fixture/passes"]["best"]["perf"][0]["label"] == "n=2^10"
 
 
 def test_the_environment_reaches_the_checker(built_course):

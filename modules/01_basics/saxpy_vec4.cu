@@ -12,30 +12,23 @@
 #include "course/exercise.h"
 #include "saxpy_vec4.h"
 
-// y[i] = a * x[i] + y[i] over
-//   head: i in [0, head)                             head <= 3, one float per thread
-//   body: i in [head, head + 4 * body)               one float4 per thread (and loop step)
-//   tail: i in [head + 4 * body, head + 4 * body + tail)   tail <= 3, one float per thread
-// The launcher picks head so that x + head and y + head are 16-byte aligned.
+// y[i] = a * x[i] + y[i] for the n = head + 4 * body + tail floats of the arrays, in three parts:
+//   head: the first `head` floats (0..3), those before the first 16-byte boundary
+//   body: the next `body` float4s; x + head and y + head are 16-byte aligned
+//   tail: the last `tail` floats (0..3), after the body
 __global__ void saxpy_vec4_kernel(float a, const float* __restrict__ x, float* __restrict__ y,
                                   std::size_t head, std::size_t body, std::size_t tail) {
-    // TODO: the global index of this thread and the grid's stride (as in vector_add).
-    // TODO: body: view x + head and y + head as arrays of float4 (reinterpret_cast<const float4*>
-    //       and reinterpret_cast<float4*>), and for v = index, index + stride, ... while v < body:
-    //       load one float4 of x and one of y, update the four components (.x .y .z .w), store
-    //       the float4 back to y.
-    // TODO: head and tail with plain floats: the threads whose index is below head update
-    //       y[index]; those whose index is below tail update y[head + 4 * body + index]. Each
-    //       element must be updated exactly once.
+    // TODO: the body, in a grid-stride loop: each float4 of x and of y read with one 16-byte
+    //       load, its four components updated, stored back to y with one 16-byte store.
+    // TODO: the head and the tail, one float per thread. Every element exactly once: y is
+    //       updated in place, so an element updated twice is as wrong as one never updated.
 }
 
 void saxpy_vec4(float a, const float* x, float* y, std::size_t n) {
-    // TODO: how many floats x starts past a 16-byte boundary:
-    //       (reinterpret_cast<std::uintptr_t>(x) % 16) / sizeof(float), 0..3.
-    // TODO: head = floats up to the next boundary ((4 - that) % 4), but never more than n;
-    //       body = whole float4s in what is left; tail = the 0..3 floats after them.
-    // TODO: launch saxpy_vec4_kernel with 256 threads per block and enough blocks for one float4
-    //       per thread (course::ceil_div), but at least one block (an array of 3 floats has no
-    //       body, only a head or a tail); then CUDA_CHECK_LAUNCH().
+    // TODO: split the n floats into head, body and tail from the address of x (the contract
+    //       gives y the same misalignment): no float4 access may start at an address that is not
+    //       a multiple of 16, and head can never be more than n.
+    // TODO: launch saxpy_vec4_kernel with enough threads for one float4 each, but at least one
+    //       block (3 floats have no body, only a head or a tail); then CUDA_CHECK_LAUNCH().
     COURSE_TODO("saxpy_vec4: launch saxpy_vec4_kernel, then delete this line");
 }

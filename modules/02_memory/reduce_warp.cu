@@ -13,21 +13,23 @@
 
 // The sum of `value` over the 32 lanes of the calling warp.
 __device__ float warp_sum(float value) {
-    // TODO: five shuffle steps, no shared memory: value += __shfl_xor_sync(0xffffffff, value, m)
-    //       for m = 16, 8, 4, 2, 1 leaves the total in every lane.
+    // TODO: add up the 32 lanes' values without shared memory and without a barrier: the lanes
+    //       of a warp can read each other's registers (notes/02_memory.md, "Warp shuffles").
+    //       Every lane calls this, so all 32 take part in each exchange.
     return value;
 }
 
 __global__ void reduce_warp_kernel(const float* in, std::size_t n, float* partials) {
-    // TODO: block b owns in[b * 4096, (b + 1) * 4096), which is float4s b * 1024 .. b * 1024 +
-    //       1023 of reinterpret_cast<const float4*>(in). Thread t loads float4s t, t + 256,
-    //       t + 512 and t + 768 of the slice (all four before adding any; a zero float4 for those
-    //       at or past n / 4, the number of whole float4s) and adds up their 16 floats.
-    // TODO: the n % 4 floats after the last whole float4 (indices 4 * (n / 4) .. n - 1) belong
-    //       to the last block: there, thread t < n % 4 adds in[4 * (n / 4) + t].
-    // TODO: warp_sum(); lane 0 of warp w stores the result in a __shared__ float warp_sums[8];
-    //       __syncthreads(); warp 0 takes warp_sums[lane] (0 for lanes >= 8), warp_sum() again,
-    //       and lane 0 writes partials[blockIdx.x].
+    // TODO: block b sums the slice in[b * 4096, (b + 1) * 4096) (cut short at n). Read it as
+    //       float4 (in is 16-byte aligned, and so is every slice): each of the 256 threads
+    //       issues its 4 loads before it adds any of them, so that 64 bytes per thread are in
+    //       flight; a warp's load should cover consecutive float4s. Compute element indices as
+    //       std::size_t: n can pass 2^31.
+    // TODO: the 1-3 floats after the last whole float4 (when n is not a multiple of 4) belong
+    //       to the last block.
+    // TODO: the block's sum: each warp reduces its lanes with warp_sum, the 8 warp totals meet
+    //       in shared memory (one barrier), one warp adds them, one thread writes
+    //       partials[blockIdx.x].
 }
 
 void reduce_warp(const float* in, std::size_t n, float* partials) {

@@ -12,20 +12,20 @@
 #include "transpose.h"
 
 __global__ void transpose_kernel(const float* in, float* out, int rows, int cols) {
-    // TODO: declare a __shared__ tile of 32 x 32 floats, padded to 33 columns (why: the notes,
-    //       "bank conflicts").
-    // TODO: this block's tile starts at row0 = blockIdx.y * 32, col0 = blockIdx.x * 32 of `in`.
-    //       With a 32 x 8 block, thread (x, y) loads tile rows y, y + 8, y + 16, y + 24 at column
-    //       x: tile[r][x] = in[(row0 + r) * cols + col0 + x], skipping elements outside the
-    //       matrix. A warp then reads 32 consecutive floats of a row.
-    // TODO: __syncthreads(): the writes read elements that other warps loaded.
-    // TODO: write the tile transposed, again a row at a time: for c = y, y + 8, y + 16, y + 24,
-    //       out[(col0 + c) * rows + row0 + x] = tile[x][c], skipping what lies outside `out`
-    //       (cols x rows). Compute the flat offsets as std::size_t.
+    // TODO: stage this block's 32 x 32 tile of `in` in a __shared__ array padded to 33 columns
+    //       (why: notes/02_memory.md, "Bank conflicts and padding"). The block has 32 x 8
+    //       threads, so each thread loads 4 elements of the tile; arrange the loads so that the
+    //       32 threads of a warp read 32 consecutive floats of one row of `in`. Skip the
+    //       elements that lie outside the matrix (the edge tiles).
+    // TODO: __syncthreads(): the writes below read elements that other warps loaded.
+    // TODO: write the tile transposed into `out` (cols x rows), again so that a warp writes 32
+    //       consecutive floats of one row of `out`, skipping what lies outside it. Compute the
+    //       flat offsets as std::size_t.
 }
 
 void transpose(const float* in, float* out, int rows, int cols) {
-    // TODO: block dim3(32, 8); grid dim3(course::ceil_div(cols, 32), course::ceil_div(rows, 32));
-    //       launch transpose_kernel, then CUDA_CHECK_LAUNCH().
+    // TODO: one block of 32 x 8 threads per 32 x 32 tile of `in`: a 2D grid with the tile
+    //       columns along x and the tile rows along y (course::ceil_div for each); launch
+    //       transpose_kernel, then CUDA_CHECK_LAUNCH().
     COURSE_TODO("transpose: write the tiled kernel and launch it, then delete this line");
 }

@@ -20,7 +20,7 @@ __device__ unsigned int g_blocks_done = 0;
 
 // Returns the sum of `value` over the 32 lanes of the warp.
 __device__ float warp_sum(float value) {
-    // TODO: 5 steps of value += __shfl_xor_sync(0xffffffff, value, offset), offset 16, 8, 4, 2, 1.
+    // TODO: as in 02_memory/reduce_warp: shuffles, no shared memory.
     return value;
 }
 
@@ -40,14 +40,15 @@ __global__ void reduce_full_kernel(const float* in, std::size_t n, float* out) {
     //       calls __threadfence() (so other blocks see the store), and atomicAdd(&g_blocks_done,
     //       1) tells it whether this block is the last one to finish (it returns the old count).
     // TODO: the last block (share that flag through __shared__ memory and __syncthreads())
-    //       adds all gridDim.x partials, thread 0 writes *out and resets g_blocks_done to 0 for
-    //       the next call.
+    //       adds all gridDim.x partials, which other SMs wrote: read them so that no stale copy
+    //       can be returned (notes/03_patterns.md, "the reading side"). Thread 0 writes *out and
+    //       resets g_blocks_done to 0 for the next call.
 }
 
 void reduce_full(const float* in, std::size_t n, float* out) {
-    // TODO: pick a block size (a multiple of 32: 256 or 512) and launch about as many blocks as the GPU runs at once (the SM count from
-    //       cudaDeviceGetAttribute times the blocks per SM from
-    //       cudaOccupancyMaxActiveBlocksPerMultiprocessor; query once and keep it in a static),
+    // TODO: pick a block size (a multiple of 32: 256 or 512) and launch about as many blocks
+    //       as the GPU runs at once: the SM count (cudaDeviceGetAttribute) times the blocks per
+    //       SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor), asked once and kept in a static;
     //       fewer for a small n (course::ceil_div), never more than kMaxBlocks. Then
     //       CUDA_CHECK_LAUNCH().
     COURSE_TODO("reduce_full: write the kernel and launch it, then delete this line");

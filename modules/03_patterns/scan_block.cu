@@ -12,8 +12,9 @@
 
 // Returns the inclusive scan of `value` across the warp: lane l gets the sum of lanes 0..l.
 __device__ int warp_inclusive_scan(int value) {
-    // TODO: 5 steps, offset = 1, 2, 4, 8, 16: below = __shfl_up_sync(0xffffffff, value, offset);
-    //       lanes with lane >= offset add it (the others have nothing that far below them).
+    // TODO: Kogge-Stone across the 32 lanes (notes/03_patterns.md, "Inside a block"): in each
+    //       step every lane adds the value of a lane further down, which __shfl_up_sync
+    //       fetches; all 32 lanes execute every shuffle, even those that do not use its result.
     return value;
 }
 

@@ -8,15 +8,21 @@
 //
 // Run:  grader run 06/cross_entropy    Stuck:  grader hint 06/cross_entropy
 // Contract: cross_entropy.h            Notes:  notes/06_softmax_norms.md
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+
 #include "course/exercise.h"
 #include "cross_entropy.h"
 
 __global__ void cross_entropy_kernel(const float* logits, const int* targets, float* losses,
                                      float* dlogits, int rows, int vocab) {
-    // TODO: one block per row: row = blockIdx.x; the row starts at logits + std::size_t(row) * vocab.
-    // TODO: pass 1: each thread keeps a running maximum m (start at -INFINITY) and the sum S of
-    //       expf(x - m) over its columns t, t + blockDim.x, ...; when m grows, rescale S by
-    //       expf(old_m - new_m). Guard the case where m is still -inf (expf(-inf - -inf) is NaN).
+    // TODO: one block per row: row = blockIdx.x; the row starts at logits + std::size_t(row) *
+    // vocab.
+    // TODO: pass 1: each thread keeps a running maximum m and the sum S of expf(x - m) over its
+    //       columns t, t + blockDim.x, ...; when m grows, rescale S by expf(old_m - new_m). Start
+    //       at m = -FLT_MAX, S = 0, as softmax_online's SoftmaxState: from -INFINITY, a thread
+    //       that sees only -inf logits would compute expf(-inf - -inf) = NaN.
     // TODO: merge the (m, S) states of the block: m = fmaxf(m1, m2), S = S1 * expf(m1 - m) +
     //       S2 * expf(m2 - m); across the warp with __shfl_xor_sync, across warps through
     //       shared memory. Every thread needs the row's m and S.
@@ -30,8 +36,8 @@ __global__ void cross_entropy_kernel(const float* logits, const int* targets, fl
     //       see layernorm.cu).
 }
 
-void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits,
-                   int rows, int vocab) {
+void cross_entropy(const float* logits, const int* targets, float* losses, float* dlogits, int rows,
+                   int vocab) {
     // TODO: launch cross_entropy_kernel with one block per row (grid = rows) and a multiple of 32
     //       threads, then CUDA_CHECK_LAUNCH() (dynamic shared memory, if any: see layernorm.cu).
     COURSE_TODO("cross_entropy: write cross_entropy_kernel and launch it, then delete this line");

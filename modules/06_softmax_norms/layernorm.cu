@@ -32,7 +32,8 @@ __global__ void layernorm_kernel(const float* x, const float* gamma, const float
                                  float* mean, float* rstd, int cols) {
     // TODO: one block per row: row = blockIdx.x, and the row starts at x + std::size_t(row) * cols
     //       (64-bit: rows * cols can pass 2^31).
-    // TODO: pass 1: thread t merges the values of columns t, t + blockDim.x, t + 2 * blockDim.x, ...
+    // TODO: pass 1: thread t merges the values of columns t, t + blockDim.x, t + 2 * blockDim.x,
+    // ...
     //       into its own Welford state (consecutive threads read consecutive floats: coalesced).
     // TODO: merge the states of the block: across the warp with __shfl_xor_sync on all three
     //       fields (offsets 16, 8, 4, 2, 1), then across warps through a __shared__ Welford[32]

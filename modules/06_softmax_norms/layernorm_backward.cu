@@ -14,7 +14,8 @@ __global__ void layernorm_backward_dx_kernel(const float* x, const float* dy, co
                                              const float* mean, const float* rstd, float* dx,
                                              int cols) {
     // TODO: one block per row: row = blockIdx.x; its data starts at std::size_t(row) * cols.
-    // TODO: pass 1: each thread sums g = dy * gamma and g * xhat, xhat = (x - mean[row]) * rstd[row],
+    // TODO: pass 1: each thread sums g = dy * gamma and g * xhat, xhat = (x - mean[row]) *
+    // rstd[row],
     //       over its columns t, t + blockDim.x, ...
     // TODO: reduce both sums over the block (warp shuffles, then shared memory across warps);
     //       every thread needs mean_g = sum_g / cols and mean_g_xhat = sum_g_xhat / cols.

@@ -14,14 +14,20 @@
 #include "course/exercise.h"
 #include "softmax_block.h"
 
-// Every lane ends with the maximum (or the sum) of the 32 values of its warp.
-__device__ float warp_reduce_max(float v) {
-    // TODO: butterfly with __shfl_xor_sync(0xffffffff, v, offset) for offset = 16, 8, 4, 2, 1.
-    return v;
-}
+// The two ways a row's values combine.
+struct Max {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct Sum {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
 
-__device__ float warp_reduce_sum(float v) {
-    // TODO: the same butterfly with + instead of fmaxf.
+// Every lane ends with op over the 32 values of its warp: warp_reduce(v, Max{}) is the warp's
+// maximum, warp_reduce(v, Sum{}) its sum.
+template <class Op>
+__device__ float warp_reduce(float v, Op op) {
+    // TODO: butterfly with __shfl_xor_sync(0xffffffff, v, offset) for offset = 16, 8, 4, 2, 1,
+    //       combining each time with op.
     return v;
 }
 

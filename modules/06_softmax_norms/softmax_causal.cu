@@ -14,7 +14,8 @@
 #include "course/exercise.h"
 #include "softmax_causal.h"
 
-__global__ void softmax_causal_kernel(const float* scores, float* probs, int batch_heads, int T, float scale) {
+__global__ void softmax_causal_kernel(const float* scores, float* probs, int batch_heads, int T,
+                                      float scale) {
     // TODO: one warp per row (8 rows per block of 256): row r = blockIdx.x * 8 + warp, in
     //       0 .. batch_heads * T - 1; i = r % T is the query position, so columns 0..i are live.
     //       The row starts at scores + std::size_t(r) * T.

@@ -17,21 +17,22 @@
 #include "softmax_online.h"
 
 // A partial softmax over some of a row's values: max = the largest, sum = sum of exp(x - max).
-struct MaxSum {
+// Nothing seen yet: {-FLT_MAX, 0} (not -INFINITY: see merge).
+struct SoftmaxState {
     float max;
     float sum;
 };
 
 // The state of a and b together.
-__device__ MaxSum merge(MaxSum a, MaxSum b) {
+__device__ SoftmaxState merge(SoftmaxState a, SoftmaxState b) {
     // TODO: the common maximum, and both sums rescaled to it: each was taken against its own max.
-    //       Careful with two empty states ({-inf, 0}): expf(-inf - (-inf)) is NaN. Starting empty
-    //       states at -FLT_MAX instead of -INFINITY avoids it.
+    //       Careful with two empty states: with {-inf, 0}, expf(-inf - (-inf)) is NaN; with
+    //       {-FLT_MAX, 0} it is expf(0) * 0 = 0.
     return a;
 }
 
 // The state after one more value x.
-__device__ MaxSum add(MaxSum state, float x) {
+__device__ SoftmaxState add(SoftmaxState state, float x) {
     // TODO: new max = fmaxf(state.max, x); rescale the old sum by expf(old max - new max); add
     //       expf(x - new max). (For a float4, raise the max once for all four values.)
     return state;
@@ -40,7 +41,8 @@ __device__ MaxSum add(MaxSum state, float x) {
 __global__ void softmax_online_kernel(const float* in, float* out, int rows, int cols) {
     // TODO: the row's group of threads, as in softmax_block (a warp for short rows, the block for
     //       long ones); this thread's row and lane.
-    // TODO: pass 1: each thread folds columns lane, lane + group, ... into its MaxSum with add().
+    // TODO: pass 1: each thread folds columns lane, lane + group, ... into its SoftmaxState with
+    //       add().
     // TODO: merge the group's states: a butterfly of __shfl_xor_sync on both max and sum, then
     //       for a block, through two __shared__ float[32] arrays and one __syncthreads().
     // TODO: pass 2: y = expf(x - max) * (1 / sum).

@@ -54,8 +54,8 @@ void saxpy_vec4(float a, const float* x, float* y, std::size_t n) {
     const std::size_t floats_past_boundary =
         (reinterpret_cast<std::uintptr_t>(x) % 16) / sizeof(float);
     const std::size_t head = std::min<std::size_t>((4 - floats_past_boundary) % 4, n);
-    const std::size_t body = (n - head) / 4;            // whole float4s after the head
-    const std::size_t tail = n - head - 4 * body;      // 0..3 floats left after them
+    const std::size_t body = (n - head) / 4;       // whole float4s after the head
+    const std::size_t tail = n - head - 4 * body;  // 0..3 floats left after them
 
     // One float4 per thread: 2^25 floats make 32768 blocks, many times what the 132 SMs hold at
     // once, so every SM always has loads in flight (each thread has two 16-byte loads out, ~64 KB

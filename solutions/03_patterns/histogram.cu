@@ -24,7 +24,8 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // counts[bin * 32 + lane]: the word of `bin` in column `lane` sits in bank `lane`.
 __device__ void count_byte(unsigned int* counts, unsigned int lane, unsigned int byte) {
-    atomicAdd(&counts[byte * kLanes + lane], 1u);  // shared atomic: lanes of other warps share the column
+    atomicAdd(&counts[byte * kLanes + lane],
+              1u);  // shared atomic: lanes of other warps share the column
 }
 
 __device__ void count_word(unsigned int* counts, unsigned int lane, unsigned int word) {
@@ -42,7 +43,8 @@ __device__ void count_sixteen(unsigned int* counts, unsigned int lane, uint4 byt
 }
 
 __device__ unsigned int warp_sum(unsigned int value) {
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullMask, value, offset);
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(kFullMask, value, offset);
     return value;
 }
 
@@ -86,8 +88,8 @@ int resident_blocks() {
         int device = 0, sms = 0, per_sm = 0;
         CUDA_CHECK(cudaGetDevice(&device));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, histogram_kernel,
-                                                                 kThreads, 0));
+        CUDA_CHECK(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, histogram_kernel, kThreads, 0));
         return sms * per_sm;
     }();
     return blocks;

@@ -16,10 +16,10 @@
 
 namespace {
 
-constexpr int kThreads = 512;         // 16 warps per block
+constexpr int kThreads = 512;  // 16 warps per block
 constexpr int kWarps = kThreads / 32;
-constexpr int kLoadsInFlight = 4;     // float4 loads a thread issues before it adds any of them
-constexpr int kMaxBlocks = 2048;      // more than any GPU keeps resident at once (H100: 132 x 4)
+constexpr int kLoadsInFlight = 4;  // float4 loads a thread issues before it adds any of them
+constexpr int kMaxBlocks = 2048;   // more than any GPU keeps resident at once (H100: 132 x 4)
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Scratch that needs no allocation: one partial sum per block, and how many blocks have stored
@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kThreads)
     // the reads below after that; __ldcg reads from L2 (never a stale L1 line).
     __threadfence();
     float total = 0.0f;
-    for (unsigned int b = threadIdx.x; b < gridDim.x; b += kThreads) total += __ldcg(&g_block_sums[b]);
+    for (unsigned int b = threadIdx.x; b < gridDim.x; b += kThreads)
+        total += __ldcg(&g_block_sums[b]);
     // The partials are added in the same order on every call: the result does not depend on
     // which block finished when.
     total = block_sum(total);

@@ -1,8 +1,8 @@
 // 03_patterns/scan: the inclusive scan of any n in one pass, with decoupled look-back.
-// Reference solution.
+// Reference solution (the readable one; scan_fast.cu gives the tile's bookkeeping to a whole warp).
 //
 // Teaches: chaining tiles without a second pass over the data. Each block scans one tile of 12288
-// elements in registers (the block scan of scan_block, for 12 rows at once), publishes the tile's
+// elements in registers (scan_block's block scan, for 12 rows at once), publishes the tile's
 // total in a status array, and learns the sum of all earlier tiles by looking back at its
 // predecessors' published values: a full prefix ends the walk, a bare tile total is added and
 // the walk goes on. Tiles are handed out in launch order by an atomic counter, so a block only
@@ -19,14 +19,12 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;                // 8
-constexpr int kRows = 12;                            // int4s per thread
-constexpr int kRowItems = kThreads * 4;              // a row: one int4 per thread, 1024 elements
+constexpr int kWarps = kThreads / 32;                  // 8
+constexpr int kRows = 12;                              // int4s per thread
+constexpr int kRowItems = kThreads * 4;                // a row: one int4 per thread, 1024 elements
 constexpr std::size_t kTileItems = kRows * kRowItems;  // 12288 elements per tile and block
-constexpr int kPartials = kRows * kWarps;            // one total per (row, warp): 96
-constexpr int kPartialsPerLane = kPartials / 32;     // warp 0 scans them, 3 per lane
+constexpr int kPartials = kRows * kWarps;              // one total per (row, warp): 96
 constexpr unsigned kFullMask = 0xffffffffu;
-static_assert(kPartials % 32 == 0, "warp 0 scans the (row, warp) totals, the same count per lane");
 
 // A tile's status is one 64-bit word: the flag in the high half, the value in the low half.
 // Flag and value are stored and loaded together, atomically, so a reader never sees a flag with
@@ -49,6 +47,31 @@ __device__ void publish(StatusWord* status, std::size_t tile, unsigned flag, int
     StatusRef(status[tile]).store(pack(flag, value), cuda::memory_order_relaxed);
 }
 
+// Run by one thread once the tile's total is known. Publishes the tile total at once (later
+// tiles can use it without waiting for our prefix), walks back over the predecessors for the sum
+// of all earlier tiles, publishes our full prefix and returns that sum.
+__device__ int look_back(StatusWord* status, std::size_t tile, int tile_total) {
+    if (tile == 0) {
+        publish(status, 0, kPrefixTotal, tile_total);
+        return 0;
+    }
+    publish(status, tile, kTileTotal, tile_total);
+    int before = 0;
+    for (std::size_t predecessor = tile - 1;; --predecessor) {
+        // The predecessor took its tile number before we did, so its block is running and will
+        // publish: this wait ends. (With blockIdx.x as the tile number it might not: a block
+        // could wait for one that has not started, while holding the SM it needs.)
+        StatusWord word;
+        do {
+            word = StatusRef(status[predecessor]).load(cuda::memory_order_relaxed);
+        } while (flag_of(word) == kNotReady);
+        before += value_of(word);
+        if (flag_of(word) == kPrefixTotal) break;  // it includes every tile before it
+    }
+    publish(status, tile, kPrefixTotal, before + tile_total);
+    return before;
+}
+
 // Kogge-Stone over the lanes of a warp (see scan_block): lane l gets the sum of lanes 0..l.
 __device__ int warp_inclusive_scan(int value) {
     const int lane = threadIdx.x % 32;
@@ -57,49 +80,6 @@ __device__ int warp_inclusive_scan(int value) {
         if (lane >= offset) value += below;
     }
     return value;
-}
-
-// Every lane gets the sum over the warp.
-__device__ int warp_sum(int value) {
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullMask, value, offset);
-    return value;
-}
-
-// Run by the 32 lanes of warp 0 once the tile's total is known. Publishes the tile total at
-// once (later tiles can use it without waiting for our prefix), finds the sum of all earlier
-// tiles, publishes our full prefix and returns the sum of the earlier tiles.
-__device__ int look_back(StatusWord* status, std::size_t tile, int tile_total) {
-    const int lane = threadIdx.x % 32;
-    if (tile == 0) {
-        if (lane == 0) publish(status, 0, kPrefixTotal, tile_total);
-        return 0;
-    }
-    if (lane == 0) publish(status, tile, kTileTotal, tile_total);
-
-    int before = 0;
-    // A window of 32 predecessors at a time: lane l reads tile `window - l` (lane 0 the nearest).
-    for (long long window = static_cast<long long>(tile) - 1;; window -= 32) {
-        const long long predecessor = window - lane;
-        StatusWord word = pack(kPrefixTotal, 0);  // before tile 0 there is nothing to add
-        if (predecessor >= 0) {
-            // The predecessor took its tile number before we did, so its block is running and
-            // will publish: this wait ends. (With blockIdx.x as the tile number it might not: a
-            // block could wait for one that has not started, while holding the SM it needs.)
-            StatusRef ref(status[predecessor]);
-            do {
-                word = ref.load(cuda::memory_order_relaxed);
-            } while (flag_of(word) == kNotReady);
-        }
-        // The nearest predecessor that knows its full prefix ends the walk: add that prefix and
-        // the tile totals of the predecessors nearer to us. Without one, add all 32 tile totals
-        // and look further back.
-        const unsigned has_prefix = __ballot_sync(kFullMask, flag_of(word) == kPrefixTotal);
-        const int nearest_prefix = has_prefix ? __ffs(has_prefix) - 1 : 31;
-        before += warp_sum(lane <= nearest_prefix ? value_of(word) : 0);
-        if (has_prefix) break;
-    }
-    if (lane == 0) publish(status, tile, kPrefixTotal, before + tile_total);
-    return before;
 }
 
 // The 4 elements first .. first + 3, or those of them below n (the others count 0).
@@ -126,30 +106,28 @@ __device__ void add_to_four(int4& v, int carry) {
     v.w += carry;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    scan_kernel(const int* in, int* out, std::size_t n, StatusWord* status,
-                unsigned long long* next_tile) {
-    __shared__ std::size_t tile_shared;
-    __shared__ int partial_prefix[kPartials];  // (row, warp) -> sum of the tile before it
-    __shared__ int tile_prefix;                // sum of all earlier tiles
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+// The steps of a tile that both references share. Row r of a tile is its elements
+// r * kRowItems + [0, kRowItems); thread t owns the int4 at 4t of each row, so every load is a
+// coalesced 16-byte access, and the tile's order is (row, warp, lane, component).
 
-    // Tile numbers in the order blocks start, not blockIdx.x (see look_back).
-    if (threadIdx.x == 0) tile_shared = atomicAdd(next_tile, 1ull);
+// This block's tile number, in the order blocks start (see look_back), shared through the block.
+__device__ std::size_t take_tile(unsigned long long* next_tile) {
+    __shared__ std::size_t tile;
+    if (threadIdx.x == 0) tile = atomicAdd(next_tile, 1ull);
     __syncthreads();
-    const std::size_t tile = tile_shared;
+    return tile;
+}
 
-    // Row r of the tile is elements tile * kTileItems + r * kRowItems + [0, kRowItems); thread t
-    // owns the int4 at 4t of each row. So every load is a coalesced 16-byte access, and the
-    // tile's order is (row, warp, lane, component): the scans below follow that order.
-    const std::size_t tile_first = tile * kTileItems + threadIdx.x * 4;
-    int4 v[kRows];
+// Loads the thread's int4 of every row (kRows independent loads in flight), then scans each row
+// in its warp: afterwards v[r] holds the inclusive scan of row r's part owned by this warp, and
+// partials[r * kWarps + warp] that part's total. Ends with the barrier after which the totals
+// can be read.
+__device__ void scan_rows_in_warps(const int* in, std::size_t first, std::size_t n,
+                                   int4 (&v)[kRows], int* partials) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) v[r] = load_four(in, tile_first + r * kRowItems, n);
-
-    // 1. Each thread scans each of its int4s; 2. each warp scans its thread totals, row by row
-    // (12 independent shuffle chains that the compiler interleaves). Afterwards v[r] holds the
-    // scan of row r's part owned by this warp, and lane 31 knows the warp's total for that row.
+    for (int r = 0; r < kRows; ++r) v[r] = load_four(in, first + r * kRowItems, n);
+        // 12 independent shuffle chains, which the compiler interleaves.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         v[r].y += v[r].x;
@@ -157,39 +135,47 @@ __global__ void __launch_bounds__(kThreads)
         v[r].w += v[r].z;
         const int through_me = warp_inclusive_scan(v[r].w);
         add_to_four(v[r], through_me - v[r].w);  // plus the earlier lanes of the warp, same row
-        if (lane == 31) partial_prefix[r * kWarps + warp] = through_me;
+        if (lane == 31) partials[r * kWarps + warp] = through_me;
     }
     __syncthreads();  // all (row, warp) totals stored
+}
 
-    // 3. Warp 0 scans the 96 (row, warp) totals in tile order, 3 consecutive ones per lane, which
-    //    gives the tile's total; then it looks back for the sum of the earlier tiles.
-    if (warp == 0) {
-        int totals[kPartialsPerLane];
-        int lane_total = 0;
-#pragma unroll
-        for (int k = 0; k < kPartialsPerLane; ++k) {
-            totals[k] = partial_prefix[lane * kPartialsPerLane + k];
-            lane_total += totals[k];
-        }
-        const int through_lane = warp_inclusive_scan(lane_total);
-        int running = through_lane - lane_total;  // sum of the (row, warp) totals before this lane's
-#pragma unroll
-        for (int k = 0; k < kPartialsPerLane; ++k) {
-            partial_prefix[lane * kPartialsPerLane + k] = running;  // exclusive
-            running += totals[k];
-        }
-        const int tile_total = __shfl_sync(kFullMask, through_lane, 31);
-        const int before = look_back(status, tile, tile_total);
-        if (lane == 0) tile_prefix = before;
-    }
-    __syncthreads();  // partial_prefix and tile_prefix are ready
-
-    // 4. Add what lies before this (row, warp) inside the tile, and every earlier tile; store.
+// Adds what lies before each (row, warp) part: `before_part[r * kWarps + warp]` inside the tile,
+// and `before_tile` from the earlier tiles; stores the elements below n.
+__device__ void finish_rows(int* out, std::size_t first, std::size_t n, int4 (&v)[kRows],
+                            const int* before_part, int before_tile) {
+    const int warp = threadIdx.x / 32;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        add_to_four(v[r], tile_prefix + partial_prefix[r * kWarps + warp]);
-        store_four(out, tile_first + r * kRowItems, n, v[r]);
+        add_to_four(v[r], before_tile + before_part[r * kWarps + warp]);
+        store_four(out, first + r * kRowItems, n, v[r]);
     }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    scan_kernel(const int* in, int* out, std::size_t n, StatusWord* status,
+                unsigned long long* next_tile) {
+    __shared__ int partials[kPartials];  // (row, warp) totals, then what lies before each
+    __shared__ int tile_prefix;          // the sum of all earlier tiles
+    const std::size_t tile = take_tile(next_tile);
+    const std::size_t first = tile * kTileItems + threadIdx.x * 4;
+    int4 v[kRows];
+    scan_rows_in_warps(in, first, n, v, partials);
+
+    // One thread turns the 96 (row, warp) totals, in tile order, into what lies before each
+    // part, which gives the tile's total; then it looks back for the sum of the earlier tiles.
+    if (threadIdx.x == 0) {
+        int running = 0;
+        for (int p = 0; p < kPartials; ++p) {
+            const int total = partials[p];
+            partials[p] = running;  // exclusive
+            running += total;
+        }
+        tile_prefix = look_back(status, tile, running);
+    }
+    __syncthreads();  // partials and tile_prefix are ready
+
+    finish_rows(out, first, n, v, partials, tile_prefix);
 }
 
 // Scratch for one call: word 0 counts the tiles handed out, words 1..tiles are the tile
@@ -205,14 +191,19 @@ StatusWord* scratch(std::size_t words) {
     return buffer;
 }
 
+// Every status to kNotReady and the tile counter to 0, in stream order before the kernel: the
+// previous call's statuses must not be mistaken for this call's. Returns the scratch.
+StatusWord* fresh_scratch(std::size_t tiles) {
+    StatusWord* words = scratch(tiles + 1);
+    CUDA_CHECK(cudaMemsetAsync(words, 0, (tiles + 1) * sizeof(StatusWord)));
+    return words;
+}
+
 }  // namespace
 
 void scan(const int* in, int* out, std::size_t n) {
     const std::size_t tiles = course::ceil_div(n, kTileItems);
-    StatusWord* words = scratch(tiles + 1);
-    // Every status to kNotReady and the tile counter to 0, in stream order before the kernel:
-    // the previous call's statuses must not be mistaken for this call's.
-    CUDA_CHECK(cudaMemsetAsync(words, 0, (tiles + 1) * sizeof(StatusWord)));
+    StatusWord* words = fresh_scratch(tiles);
     scan_kernel<<<static_cast<unsigned>(tiles), kThreads>>>(in, out, n, words + 1, words);
     CUDA_CHECK_LAUNCH();
 }

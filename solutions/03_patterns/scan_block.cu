@@ -13,11 +13,12 @@
 
 namespace {
 
-constexpr int kItemsPerThread = 4;  // one int4
+constexpr int kItemsPerThread = 4;                                            // one int4
 constexpr int kThreads = static_cast<int>(kScanBlockTile) / kItemsPerThread;  // 256
-constexpr int kWarps = kThreads / 32;                                           // 8
+constexpr int kWarps = kThreads / 32;                                         // 8
 constexpr unsigned kFullMask = 0xffffffffu;
-static_assert(kThreads * kItemsPerThread == static_cast<int>(kScanBlockTile), "one int4 per thread");
+static_assert(kThreads * kItemsPerThread == static_cast<int>(kScanBlockTile),
+              "one int4 per thread");
 static_assert(kWarps <= 32, "warp 0 scans the warp totals, one per lane");
 
 // Kogge-Stone over the lanes of a warp: after the step with offset d, lane l holds the sum of
@@ -49,7 +50,8 @@ __device__ void store_four(int* out, std::size_t first, std::size_t n, int4 v) {
     if (first + 2 < n) out[first + 2] = v.z;
 }
 
-__global__ void __launch_bounds__(kThreads) scan_block_kernel(const int* in, int* out, std::size_t n) {
+__global__ void __launch_bounds__(kThreads)
+    scan_block_kernel(const int* in, int* out, std::size_t n) {
     __shared__ int warp_prefix[kWarps];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     // Block b scans tile b; thread t owns its elements 4t .. 4t + 3 (consecutive threads,

@@ -1,15 +1,16 @@
 // 06_softmax_norms/cross_entropy: fused softmax cross-entropy, loss and gradient in one kernel.
-// Reference solution.
+// Reference solution (the readable one; cross_entropy_fast.cu adds what the long rows' target
+// needs).
 //
 // Teaches: the online (running max, rescaled sum) logsumexp and how two such states merge;
-// fusing a loss with its gradient, with the row kept on chip (in registers, or in shared memory
-// when it is long: on Hopper the shared memory of a cluster of blocks) so that the logits are read
-// from device memory once and dlogits written once;
-// -inf (masked) logits; why the maximum is subtracted before expf. Memory-bound: the checker
-// reports the bandwidth next to a device-to-device copy.
+// fusing a loss with its gradient, with the row kept on chip (in registers, or in the block's
+// shared memory when it is long) so that the logits are read from device memory once and dlogits
+// written once; -inf (masked) logits; why the maximum is subtracted before expf. Memory-bound:
+// the checker reports the bandwidth next to a device-to-device copy.
 //
 // Run:  grader run 06/cross_entropy --solutions
 // Contract: cross_entropy.h            Notes:  notes/06_softmax_norms.md
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
 
@@ -21,92 +22,49 @@ namespace {
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Where a row waits between its statistics and the gradient (the launcher picks by length):
-//  - registers: each thread keeps kCachedFloats of the row (4 float4 or 16 floats), so a warp
-//    holds a row of up to 512 logits (kRegisterBlock / 32 rows per block) and a block of
-//    kRegisterBlock threads one of up to 4096;
-//  - shared memory: longer rows are staged in dynamic shared memory. On Hopper a row is split over
-//    a cluster of blocks of kClusterBlock threads, each staging a slice of up to kSliceBytes, and
-//    the blocks merge their states through distributed shared memory: GPT-2's 50304 logits
-//    (201 KB) take 2 blocks, and an SM holds 2 blocks of different rows, so one row's reduction
-//    hides behind the other's loads. Before Hopper one block of kStagedBlock threads stages the
-//    whole row (up to 163 KB on an A100): one row per SM;
+//  - registers: each thread keeps kCachedFloats of the row, so a warp holds a row of up to 512
+//    logits (kRegisterBlock / 32 rows per block) and a block of kRegisterBlock threads one of up
+//    to 4096;
+//  - shared memory: one block of kStagedBlock threads per row stages it in dynamic shared memory
+//    (GPT-2's 50304 logits are 201 KB; an H100 block may have 227 KB);
 //  - nowhere: a row longer than that is read a second time.
-// Either way a thread has several 16-byte loads in flight (kCachedFloats / 4 or kLoadsInFlight).
 constexpr int kCachedFloats = 16;
 constexpr int kRegisterBlock = 256;
 // At least 4 register-tier blocks resident per SM: a budget of 64 registers per thread. (Left to
 // itself, ptxas may squeeze a kernel like this into 32 registers and spill to local memory.)
 constexpr int kMinRegisterBlocksPerSm = 4;
-constexpr int kClusterBlock = 512;
-constexpr std::size_t kSliceBytes = 100 * 1024;  // 2 slices per SM in its 227 KB
 constexpr int kStagedBlock = 1024;
+// Loads a thread issues before it uses the first (64 KB in flight per SM for float4s).
 constexpr int kLoadsInFlight = 4;
 
 // The largest value seen and the sum of exp(value - max) over the values seen. Subtracting the
 // maximum keeps every exponent <= 0: no term overflows, and the largest term is exactly 1.
-// Nothing seen yet (or only -inf): {-inf, 0}.
+// Nothing seen yet is {-FLT_MAX, 0}, not {-inf, 0}: merging two empty states then computes
+// expf(0) * 0 = 0 instead of expf(-inf - -inf) = NaN, and an -inf logit adds expf(-inf) = 0.
 struct SoftmaxState {
     float max;
     float sum;
 };
 
-// The state of the union of two sets: both sums are rescaled to the larger maximum.
-__device__ SoftmaxState softmax_merge(SoftmaxState a, SoftmaxState b) {
+// The state of the union of two sets: both sums are rescaled to the larger maximum (the factors
+// are exp(<= 0): nothing overflows).
+__device__ SoftmaxState merge(SoftmaxState a, SoftmaxState b) {
     const float max = fmaxf(a.max, b.max);
-    if (max == -INFINITY) return a;  // neither saw a finite value: -inf - -inf would be NaN
     return {max, a.sum * expf(a.max - max) + b.sum * expf(b.max - max)};
 }
 
-// kWidth consecutive floats: one 16-byte float4 access when kWidth is 4, else a single float.
-// (Aligned to its size, so that a pack copied to or from shared memory is one access too.)
-template <int kWidth>
-struct alignas(kWidth * sizeof(float)) Pack {
-    float v[kWidth];
-};
-
-template <int kWidth>
-__device__ Pack<kWidth> load_pack(const float* p) {
-    if constexpr (kWidth == 4) {
-        const float4 q = *reinterpret_cast<const float4*>(p);
-        return {{q.x, q.y, q.z, q.w}};
-    } else {
-        return {{*p}};
-    }
+// One more loaded vector: the new maximum first, then one rescale of the old sum and one
+// exponential per value (5 expf per float4 instead of 2 per value).
+__device__ float max_of(float v) { return v; }
+__device__ float max_of(float4 v) { return fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)); }
+__device__ float sum_of_exp(float v, float max) { return expf(v - max); }
+__device__ float sum_of_exp(float4 v, float max) {
+    return (expf(v.x - max) + expf(v.y - max)) + (expf(v.z - max) + expf(v.w - max));
 }
-
-// A second and last read of the logits, for rows too long for shared memory: __ldcs ("cache
-// streaming") marks the lines evict-first in L1 and L2, so that L2 gives up lines that are
-// finished with rather than those other rows still have to re-read.
-template <int kWidth>
-__device__ Pack<kWidth> load_pack_last_use(const float* p) {
-    if constexpr (kWidth == 4) {
-        const float4 q = __ldcs(reinterpret_cast<const float4*>(p));
-        return {{q.x, q.y, q.z, q.w}};
-    } else {
-        return {{__ldcs(p)}};
-    }
-}
-
-template <int kWidth>
-__device__ void store_pack(float* p, const Pack<kWidth>& pack) {
-    if constexpr (kWidth == 4) {
-        *reinterpret_cast<float4*>(p) = make_float4(pack.v[0], pack.v[1], pack.v[2], pack.v[3]);
-    } else {
-        *p = pack.v[0];
-    }
-}
-
-// Adds a pack to a running state: the new maximum first, then one rescale of the old sum and
-// kWidth exponentials (kWidth + 1 expf per pack instead of 2 per value). -inf values add
-// expf(-inf) = 0 once the maximum is finite.
-template <int kWidth>
-__device__ SoftmaxState add_pack(SoftmaxState state, const Pack<kWidth>& pack) {
-    float max = state.max;
-    for (int k = 0; k < kWidth; ++k) max = fmaxf(max, pack.v[k]);
-    if (max == -INFINITY) return state;             // only -inf so far
-    float sum = state.sum * expf(state.max - max);  // expf(-inf) = 0 for an empty state
-    for (int k = 0; k < kWidth; ++k) sum += expf(pack.v[k] - max);
-    return {max, sum};
+template <class Vec>
+__device__ SoftmaxState add(SoftmaxState state, Vec v) {
+    const float max = fmaxf(state.max, max_of(v));
+    return {max, state.sum * expf(state.max - max) + sum_of_exp(v, max)};
 }
 
 // logsumexp - x[target] = (max - x[target]) + log(sum): the difference of two large logits is
@@ -115,18 +73,19 @@ __device__ float loss_of(SoftmaxState row, float target_logit) {
     return (row.max - target_logit) + logf(row.sum);
 }
 
-// dlogits of the pack that starts at column col: (softmax - onehot) / rows, with 1 / sum and
-// 1 / rows computed once per row instead of a division per element.
-template <int kWidth>
-__device__ Pack<kWidth> gradient(const Pack<kWidth>& x, int col, int target, SoftmaxState row,
-                                 float inv_sum, float inv_rows) {
-    Pack<kWidth> out;
-    for (int k = 0; k < kWidth; ++k) {
-        const float probability = expf(x.v[k] - row.max) * inv_sum;
-        const float onehot = col + k == target ? 1.0f : 0.0f;
-        out.v[k] = (probability - onehot) * inv_rows;
-    }
-    return out;
+// dlogits of the logit in column `col`: (softmax - onehot) / rows, with 1 / sum and 1 / rows
+// computed once per row instead of a division per element.
+__device__ float gradient(float x, int col, int target, SoftmaxState row, float inv_sum,
+                          float inv_rows) {
+    const float probability = expf(x - row.max) * inv_sum;
+    return (probability - (col == target ? 1.0f : 0.0f)) * inv_rows;
+}
+__device__ float4 gradient(float4 x, int col, int target, SoftmaxState row, float inv_sum,
+                           float inv_rows) {
+    return make_float4(gradient(x.x, col, target, row, inv_sum, inv_rows),
+                       gradient(x.y, col + 1, target, row, inv_sum, inv_rows),
+                       gradient(x.z, col + 2, target, row, inv_sum, inv_rows),
+                       gradient(x.w, col + 3, target, row, inv_sum, inv_rows));
 }
 
 // Butterfly over the 32 lanes: every lane ends with the merge of all 32 states (the same bits in
@@ -135,7 +94,7 @@ __device__ SoftmaxState warp_merge(SoftmaxState state) {
     for (int offset = 16; offset > 0; offset /= 2) {
         const SoftmaxState other{__shfl_xor_sync(kFullMask, state.max, offset),
                                  __shfl_xor_sync(kFullMask, state.sum, offset)};
-        state = softmax_merge(state, other);
+        state = merge(state, other);
     }
     return state;
 }
@@ -152,21 +111,23 @@ __device__ SoftmaxState group_merge(SoftmaxState state) {
         const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
         if (lane == 0) warp_states[warp] = state;
         __syncthreads();  // every warp's state is posted before anyone reads them
-        state = warp_merge(lane < kWarps ? warp_states[lane] : SoftmaxState{-INFINITY, 0.0f});
+        state = warp_merge(lane < kWarps ? warp_states[lane] : SoftmaxState{-FLT_MAX, 0.0f});
     }
     return state;
 }
 
 // Rows of up to kGroup * kCachedFloats logits, held in registers. kGroup threads per row: 32 (a
 // warp; kRegisterBlock / 32 rows per block) or kRegisterBlock (the block). Thread `lane` keeps
-// packs lane, lane + kGroup, lane + 2 * kGroup, ...: at each step the group reads kGroup
-// consecutive packs (coalesced). kWidth divides vocab, so every row starts aligned for packs.
-template <int kWidth, int kGroup>
+// vectors lane, lane + kGroup, lane + 2 * kGroup, ...: at each step the group reads kGroup
+// consecutive vectors (coalesced). Vec is float4 when every row starts 16-byte aligned, else
+// float; the row is then vocab / (floats per Vec) vectors, with no tail.
+template <class Vec, int kGroup>
 __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     cross_entropy_in_registers(const float* __restrict__ logits, const int* __restrict__ targets,
                                float* __restrict__ losses, float* __restrict__ dlogits, int rows,
                                int vocab) {
-    constexpr int kPacks = kCachedFloats / kWidth;  // per thread
+    constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
+    constexpr int kVecsPerThread = kCachedFloats / kFloatsPerVec;
     constexpr int kRowsPerBlock = kRegisterBlock / kGroup;
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kGroup;
     const int lane = threadIdx.x % kGroup;
@@ -176,26 +137,27 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     // 64-bit offset: rows * vocab can pass 2^31.
     const std::size_t offset = static_cast<std::size_t>(row) * vocab;
     const float* in = logits + offset;
-    float* grad = dlogits + offset;
-    const int packs = vocab / kWidth;
+    const Vec* x = reinterpret_cast<const Vec*>(in);
+    Vec* grad = reinterpret_cast<Vec*>(dlogits + offset);
+    const int vecs = vocab / kFloatsPerVec;
 
-    // The only read of the row: the kPacks loads are independent, so all of them are in flight
+    // The only read of the row: the loads are independent, so all of them are in flight
     // together. Fully unrolled loops make every index into `cache` a compile-time constant, which
     // is what lets the array live in registers. Slots past the end of the row are not loaded, and
     // stay out of the statistics and the write.
-    Pack<kWidth> cache[kPacks];
+    Vec cache[kVecsPerThread];
 #pragma unroll
-    for (int j = 0; j < kPacks; ++j) {
-        const int p = lane + kGroup * j;
-        if (p < packs) cache[j] = load_pack<kWidth>(in + p * kWidth);
+    for (int j = 0; j < kVecsPerThread; ++j) {
+        const int k = lane + kGroup * j;
+        if (k < vecs) cache[j] = x[k];
     }
     const int target = targets[row];  // in flight with the row
 
     // Maximum and sum of exponentials in one sweep over the registers (online softmax).
-    SoftmaxState state{-INFINITY, 0.0f};
+    SoftmaxState state{-FLT_MAX, 0.0f};
 #pragma unroll
-    for (int j = 0; j < kPacks; ++j)
-        if (lane + kGroup * j < packs) state = add_pack(state, cache[j]);
+    for (int j = 0; j < kVecsPerThread; ++j)
+        if (lane + kGroup * j < vecs) state = add(state, cache[j]);
     // The target's logit, for the loss, is one float that some thread of the group holds; a
     // 4-byte read (the row was just read: L1 or L2) is simpler than finding it. Issued before
     // the merge, it arrives while the merge runs.
@@ -207,123 +169,87 @@ __global__ void __launch_bounds__(kRegisterBlock, kMinRegisterBlocksPerSm)
     const float inv_sum = 1.0f / row_state.sum;
     const float inv_rows = 1.0f / rows;
 #pragma unroll
-    for (int j = 0; j < kPacks; ++j) {
-        const int p = lane + kGroup * j;
-        if (p < packs)
-            store_pack(grad + p * kWidth,
-                       gradient(cache[j], p * kWidth, target, row_state, inv_sum, inv_rows));
+    for (int j = 0; j < kVecsPerThread; ++j) {
+        const int k = lane + kGroup * j;
+        if (k < vecs)
+            grad[k] = gradient(cache[j], k * kFloatsPerVec, target, row_state, inv_sum, inv_rows);
     }
 }
 
-// Longer rows, staged in shared memory. Launched in clusters (Hopper), the blocks of a cluster
-// share one row, each staging the slice course::cluster_slice gives it; otherwise one block holds
-// the whole row. `staged`: the slice fits in the block's dynamic shared memory, and the gradient
-// reads it there; otherwise (a row too long even for that) it reads the logits a second time.
-template <int kWidth, int kBlock>
-__global__ void __launch_bounds__(kBlock, kStagedBlock / kBlock)
+// Longer rows, one block of kStagedBlock threads per row. `staged`: the row fits in the block's
+// dynamic shared memory, and the gradient reads it there; otherwise (a row too long even for
+// that) it reads the logits a second time. Thread t walks vectors t, t + kStagedBlock, ...
+template <class Vec>
+__global__ void __launch_bounds__(kStagedBlock)
     cross_entropy_staged(const float* __restrict__ logits, const int* __restrict__ targets,
                          float* __restrict__ losses, float* __restrict__ dlogits, int rows,
                          int vocab, bool staged) {
     extern __shared__ __align__(16) unsigned char stage_bytes[];
-    __shared__ SoftmaxState block_state;  // read by the other blocks of the cluster
-    Pack<kWidth>* stage = reinterpret_cast<Pack<kWidth>*>(stage_bytes);
-    const unsigned slices = course::cluster_blocks();  // blocks per row: 1 without clusters
-    const unsigned rank = course::cluster_rank();
-    const std::size_t row = blockIdx.x / slices;
+    constexpr int kFloatsPerVec = sizeof(Vec) / sizeof(float);
+    Vec* stage = reinterpret_cast<Vec*>(stage_bytes);
+    const std::size_t row = blockIdx.x;
     const float* in = logits + row * vocab;  // 64-bit offset: rows * vocab can pass 2^31
-    float* grad = dlogits + row * vocab;
+    const Vec* x = reinterpret_cast<const Vec*>(in);
+    Vec* grad = reinterpret_cast<Vec*>(dlogits + row * vocab);
     const int target = targets[row];  // in flight with the row
-    // This block's packs: shares rounded to 128 bytes (32 floats) so each starts on a line.
-    const course::Slice slice = course::cluster_slice(vocab / kWidth, slices, rank, 32 / kWidth);
+    const int vecs = vocab / kFloatsPerVec;
 
-    // Pass 1: thread t reads packs begin + t, begin + t + kBlock, ... (coalesced), kLoadsInFlight
-    // of them issued before the first is used. Each is parked in shared memory and added to the
-    // thread's online state. A thread later reads back exactly the slots it wrote itself, so the
-    // stage needs no barrier.
-    SoftmaxState state{-INFINITY, 0.0f};
-    for (int first = slice.begin + threadIdx.x; first < slice.end; first += kLoadsInFlight * kBlock) {
-        Pack<kWidth> batch[kLoadsInFlight];
+    // Pass 1, the read of device memory, in rounds of kLoadsInFlight loads per thread: the loads
+    // of a round are independent, so all of them are in flight together. Each vector is parked in
+    // the stage and added to the thread's online state. A thread later reads back exactly the
+    // slots it wrote itself, so the stage needs no barrier.
+    SoftmaxState state{-FLT_MAX, 0.0f};
+    for (int first = threadIdx.x; first < vecs; first += kLoadsInFlight * kStagedBlock) {
+        Vec batch[kLoadsInFlight];
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kBlock * j;
-            if (p < slice.end) batch[j] = load_pack<kWidth>(in + p * kWidth);
+            const int k = first + kStagedBlock * j;
+            if (k < vecs) batch[j] = x[k];
         }
 #pragma unroll
         for (int j = 0; j < kLoadsInFlight; ++j) {
-            const int p = first + kBlock * j;
-            if (p < slice.end) {
-                if (staged) stage[p - slice.begin] = batch[j];
-                state = add_pack(state, batch[j]);
+            const int k = first + kStagedBlock * j;
+            if (k < vecs) {
+                if (staged) stage[k] = batch[j];
+                state = add(state, batch[j]);
             }
         }
     }
-    // The loss is the first block's to write (see cross_entropy_in_registers).
-    const bool writes_loss = threadIdx.x == 0 && rank == 0;
-    const float target_logit = writes_loss ? in[target] : 0.0f;
-    SoftmaxState row_state = group_merge<kBlock>(state);
-    // In a cluster, the blocks' states are merged too (course/cluster.h).
-    row_state = course::cluster_reduce(row_state, &block_state, [](SoftmaxState a, SoftmaxState b) {
-        return softmax_merge(a, b);
-    });
-    course::cluster_arrive();  // done reading the other blocks' states
-    if (writes_loss) losses[row] = loss_of(row_state, target_logit);
+    const float target_logit = threadIdx.x == 0 ? in[target] : 0.0f;
+    const SoftmaxState row_state = group_merge<kStagedBlock>(state);
+    if (threadIdx.x == 0) losses[row] = loss_of(row_state, target_logit);
 
-    // Pass 2: the same packs, from shared memory (or from a last read of the logits).
+    // Pass 2: the same vectors, from the stage (or from the logits again).
     const float inv_sum = 1.0f / row_state.sum;
     const float inv_rows = 1.0f / rows;
 #pragma unroll 4
-    for (int p = slice.begin + threadIdx.x; p < slice.end; p += kBlock) {
-        const Pack<kWidth> x = staged ? stage[p - slice.begin] : load_pack_last_use<kWidth>(in + p * kWidth);
-        store_pack(grad + p * kWidth,
-                   gradient(x, p * kWidth, target, row_state, inv_sum, inv_rows));
-    }
-    course::cluster_wait();  // the other blocks are done with our state
+    for (int k = threadIdx.x; k < vecs; k += kStagedBlock)
+        grad[k] = gradient(staged ? stage[k] : x[k], k * kFloatsPerVec, target, row_state, inv_sum,
+                           inv_rows);
 }
 
-// A long row: in the shared memory of a cluster of blocks on Hopper, else of one block.
-template <int kWidth>
-void launch_staged(const float* logits, const int* targets, float* losses, float* dlogits,
-                   int rows, int vocab) {
-    const std::size_t row_bytes = static_cast<std::size_t>(vocab) * sizeof(float);
-    const auto in_cluster = cross_entropy_staged<kWidth, kClusterBlock>;
-    static const bool clusters = course::clusters_available(in_cluster);
-    static const std::size_t cluster_capacity = course::opt_in_shared_bytes(in_cluster);
-    const int slices = static_cast<int>(course::ceil_div(row_bytes, kSliceBytes));
-    if (clusters && slices <= static_cast<int>(course::kMaxClusterBlocks)) {
-        // The first slice is the longest (at most kSliceBytes).
-        const course::Slice first = course::cluster_slice(vocab / kWidth, slices, 0, 32 / kWidth);
-        const std::size_t slice_bytes = (first.end - first.begin) * sizeof(Pack<kWidth>);
-        course::launch_in_clusters(in_cluster, rows * slices, kClusterBlock, slices, slice_bytes,
-                                   logits, targets, losses, dlogits, rows, vocab,
-                                   slice_bytes <= cluster_capacity);
-        return;
-    }
-    const auto one_block = cross_entropy_staged<kWidth, kStagedBlock>;
-    static const std::size_t capacity = course::opt_in_shared_bytes(one_block);
-    const bool staged = row_bytes <= capacity;
-    one_block<<<rows, kStagedBlock, staged ? row_bytes : 0>>>(logits, targets, losses, dlogits,
-                                                              rows, vocab, staged);
-    CUDA_CHECK_LAUNCH();
-}
-
-template <int kWidth>
+template <class Vec>
 void launch(const float* logits, const int* targets, float* losses, float* dlogits, int rows,
             int vocab) {
     if (vocab <= 32 * kCachedFloats) {
         // Up to 512 classes: a warp per row, in registers.
         constexpr int kRowsPerBlock = kRegisterBlock / 32;
-        cross_entropy_in_registers<kWidth, 32>
+        cross_entropy_in_registers<Vec, 32>
             <<<course::ceil_div(rows, kRowsPerBlock), kRegisterBlock>>>(logits, targets, losses,
                                                                         dlogits, rows, vocab);
-        CUDA_CHECK_LAUNCH();
     } else if (vocab <= kRegisterBlock * kCachedFloats) {
         // Up to 4096 classes: a block per row, in registers (16 KB: several rows per SM).
-        cross_entropy_in_registers<kWidth, kRegisterBlock>
+        cross_entropy_in_registers<Vec, kRegisterBlock>
             <<<rows, kRegisterBlock>>>(logits, targets, losses, dlogits, rows, vocab);
-        CUDA_CHECK_LAUNCH();
     } else {
-        launch_staged<kWidth>(logits, targets, losses, dlogits, rows, vocab);
+        // Longer: staged in shared memory where the block's opt-in allows (asked once per kernel).
+        static const std::size_t capacity = course::opt_in_shared_bytes(cross_entropy_staged<Vec>);
+        const std::size_t row_bytes = static_cast<std::size_t>(vocab) * sizeof(float);
+        const bool staged = row_bytes <= capacity;
+        cross_entropy_staged<Vec><<<rows, kStagedBlock, staged ? row_bytes : 0>>>(
+            logits, targets, losses, dlogits, rows, vocab, staged);
     }
+    CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -332,7 +258,7 @@ void cross_entropy(const float* logits, const int* targets, float* losses, float
                    int vocab) {
     // float4 needs every row start on a 16-byte boundary: vocab % 4 == 0 and aligned pointers.
     if (vocab % 4 == 0 && course::is_aligned(logits, 16) && course::is_aligned(dlogits, 16))
-        launch<4>(logits, targets, losses, dlogits, rows, vocab);
+        launch<float4>(logits, targets, losses, dlogits, rows, vocab);
     else
-        launch<1>(logits, targets, losses, dlogits, rows, vocab);
+        launch<float>(logits, targets, losses, dlogits, rows, vocab);
 }

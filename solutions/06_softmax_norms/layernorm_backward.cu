@@ -14,36 +14,39 @@
 
 namespace {
 
-// kWidth consecutive floats: one 16-byte float4 access when kWidth is 4, else a single float.
-template <int kWidth>
-struct Pack {
-    float v[kWidth];
-};
-
-template <int kWidth>
-__device__ Pack<kWidth> load_pack(const float* p) {
-    if constexpr (kWidth == 4) {
-        const float4 q = *reinterpret_cast<const float4*>(p);
-        return {{q.x, q.y, q.z, q.w}};
-    } else {
-        return {{*p}};
-    }
-}
-
-template <int kWidth>
-__device__ void store_pack(float* p, const Pack<kWidth>& pack) {
-    if constexpr (kWidth == 4) {
-        *reinterpret_cast<float4*>(p) = make_float4(pack.v[0], pack.v[1], pack.v[2], pack.v[3]);
-    } else {
-        *p = pack.v[0];
-    }
-}
-
 // The two row sums of the dx formula, reduced together.
 struct RowSums {
     float g;       // sum of g = dy * gamma
     float g_xhat;  // sum of g * xhat
 };
+
+// The row sums' terms and dx for one loaded vector: a float, or a float4 of 4 consecutive columns.
+// g = dy * gamma; xhat = (x - mean) * rstd.
+__device__ RowSums row_terms(float x, float dy, float gamma, float row_mean, float row_rstd) {
+    const float g = dy * gamma;
+    return {g, g * ((x - row_mean) * row_rstd)};
+}
+__device__ RowSums row_terms(float4 x, float4 dy, float4 gamma, float row_mean, float row_rstd) {
+    const RowSums a = row_terms(x.x, dy.x, gamma.x, row_mean, row_rstd);
+    const RowSums b = row_terms(x.y, dy.y, gamma.y, row_mean, row_rstd);
+    const RowSums c = row_terms(x.z, dy.z, gamma.z, row_mean, row_rstd);
+    const RowSums d = row_terms(x.w, dy.w, gamma.w, row_mean, row_rstd);
+    return {((a.g + b.g) + c.g) + d.g, ((a.g_xhat + b.g_xhat) + c.g_xhat) + d.g_xhat};
+}
+
+// dx = rstd * (g - mean_g - xhat * mean_g_xhat).
+__device__ float dx_of(float x, float dy, float gamma, float row_mean, float row_rstd, float mean_g,
+                       float mean_g_xhat) {
+    const float xhat = (x - row_mean) * row_rstd;
+    return row_rstd * (dy * gamma - mean_g - xhat * mean_g_xhat);
+}
+__device__ float4 dx_of(float4 x, float4 dy, float4 gamma, float row_mean, float row_rstd,
+                        float mean_g, float mean_g_xhat) {
+    return make_float4(dx_of(x.x, dy.x, gamma.x, row_mean, row_rstd, mean_g, mean_g_xhat),
+                       dx_of(x.y, dy.y, gamma.y, row_mean, row_rstd, mean_g, mean_g_xhat),
+                       dx_of(x.z, dy.z, gamma.z, row_mean, row_rstd, mean_g, mean_g_xhat),
+                       dx_of(x.w, dy.w, gamma.w, row_mean, row_rstd, mean_g, mean_g_xhat));
+}
 
 // Butterfly over the 32 lanes: every lane ends with the warp's sums.
 __device__ RowSums warp_sum(RowSums sums) {
@@ -72,49 +75,38 @@ __device__ RowSums block_sum(RowSums sums) {
     return total;
 }
 
-// dx, one block per row. kWidth divides cols, and every row start is then aligned for packs.
-template <int kWidth>
+// dx, one block per row. Vec is float4 when every row starts 16-byte aligned, else float; the row
+// is then cols / (floats per Vec) vectors, with no tail.
+template <class Vec>
 __global__ void layernorm_backward_dx_kernel(const float* __restrict__ x,
                                              const float* __restrict__ dy,
                                              const float* __restrict__ gamma,
                                              const float* __restrict__ mean,
-                                             const float* __restrict__ rstd,
-                                             float* __restrict__ dx, int cols) {
+                                             const float* __restrict__ rstd, float* __restrict__ dx,
+                                             int cols) {
     const std::size_t row = blockIdx.x;
     const std::size_t first = row * cols;  // 64-bit offset: rows * cols can pass 2^31
+    const Vec* x_row = reinterpret_cast<const Vec*>(x + first);
+    const Vec* dy_row = reinterpret_cast<const Vec*>(dy + first);
+    const Vec* scale = reinterpret_cast<const Vec*>(gamma);
+    Vec* dx_row = reinterpret_cast<Vec*>(dx + first);
     const float row_mean = mean[row], row_rstd = rstd[row];
-    const int packs = cols / kWidth;
+    const int vecs = cols / static_cast<int>(sizeof(Vec) / sizeof(float));
 
     // Pass 1: this thread's share of the two sums (coalesced: consecutive threads, consecutive
-    // packs).
+    // vectors).
     RowSums sums{0.0f, 0.0f};
-    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        const int col = p * kWidth;
-        const Pack<kWidth> in = load_pack<kWidth>(x + first + col);
-        const Pack<kWidth> grad = load_pack<kWidth>(dy + first + col);
-        const Pack<kWidth> scale = load_pack<kWidth>(gamma + col);
-        for (int k = 0; k < kWidth; ++k) {
-            const float g = grad.v[k] * scale.v[k];
-            sums.g += g;
-            sums.g_xhat += g * ((in.v[k] - row_mean) * row_rstd);
-        }
+    for (int k = threadIdx.x; k < vecs; k += blockDim.x) {
+        const RowSums terms = row_terms(x_row[k], dy_row[k], scale[k], row_mean, row_rstd);
+        sums.g += terms.g;
+        sums.g_xhat += terms.g_xhat;
     }
     const RowSums row_sums = block_sum(sums);
     const float mean_g = row_sums.g / cols, mean_g_xhat = row_sums.g_xhat / cols;
 
     // Pass 2: x, dy and gamma again (from the caches), dx written once.
-    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        const int col = p * kWidth;
-        const Pack<kWidth> in = load_pack<kWidth>(x + first + col);
-        const Pack<kWidth> grad = load_pack<kWidth>(dy + first + col);
-        const Pack<kWidth> scale = load_pack<kWidth>(gamma + col);
-        Pack<kWidth> out;
-        for (int k = 0; k < kWidth; ++k) {
-            const float xhat = (in.v[k] - row_mean) * row_rstd;
-            out.v[k] = row_rstd * (grad.v[k] * scale.v[k] - mean_g - xhat * mean_g_xhat);
-        }
-        store_pack(dx + first + col, out);
-    }
+    for (int k = threadIdx.x; k < vecs; k += blockDim.x)
+        dx_row[k] = dx_of(x_row[k], dy_row[k], scale[k], row_mean, row_rstd, mean_g, mean_g_xhat);
 }
 
 // dgamma and dbeta: sums down the columns. A block owns kColumns consecutive columns and has
@@ -123,13 +115,10 @@ __global__ void layernorm_backward_dx_kernel(const float* __restrict__ x,
 constexpr int kColumns = 32;
 constexpr int kRowLanes = 32;
 
-__global__ void layernorm_backward_dgamma_dbeta_kernel(const float* __restrict__ x,
-                                                       const float* __restrict__ dy,
-                                                       const float* __restrict__ mean,
-                                                       const float* __restrict__ rstd,
-                                                       float* __restrict__ dgamma,
-                                                       float* __restrict__ dbeta, int rows,
-                                                       int cols) {
+__global__ void layernorm_backward_dgamma_dbeta_kernel(
+    const float* __restrict__ x, const float* __restrict__ dy, const float* __restrict__ mean,
+    const float* __restrict__ rstd, float* __restrict__ dgamma, float* __restrict__ dbeta, int rows,
+    int cols) {
     __shared__ float partial_dgamma[kRowLanes][kColumns];
     __shared__ float partial_dbeta[kRowLanes][kColumns];
     const int col = blockIdx.x * kColumns + threadIdx.x;
@@ -171,9 +160,9 @@ void layernorm_backward(const float* x, const float* dy, const float* gamma, con
     const int threads = std::clamp(course::ceil_div(cols, 8 * 32) * 32, 32, 1024);
     if (cols % 4 == 0 && course::is_aligned(x, 16) && course::is_aligned(dy, 16) &&
         course::is_aligned(gamma, 16) && course::is_aligned(dx, 16)) {
-        layernorm_backward_dx_kernel<4><<<rows, threads>>>(x, dy, gamma, mean, rstd, dx, cols);
+        layernorm_backward_dx_kernel<float4><<<rows, threads>>>(x, dy, gamma, mean, rstd, dx, cols);
     } else {
-        layernorm_backward_dx_kernel<1><<<rows, threads>>>(x, dy, gamma, mean, rstd, dx, cols);
+        layernorm_backward_dx_kernel<float><<<rows, threads>>>(x, dy, gamma, mean, rstd, dx, cols);
     }
     CUDA_CHECK_LAUNCH();
 

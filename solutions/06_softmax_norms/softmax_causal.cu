@@ -35,7 +35,9 @@ __device__ float sum_of(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 // exp(scale * s - max over k of scale * s_k) = exp((s - row_max) * scale) for scale > 0, with
 // row_max the largest raw score. Subtracting first keeps the exponent exact where it matters
 // (scale * s rounded first would be off by u * |scale * s|, 1e-4 relative for scores of 1e4).
-__device__ float exp_scaled(float v, float row_max, float scale) { return expf((v - row_max) * scale); }
+__device__ float exp_scaled(float v, float row_max, float scale) {
+    return expf((v - row_max) * scale);
+}
 __device__ float4 exp_scaled(float4 v, float row_max, float scale) {
     return make_float4(exp_scaled(v.x, row_max, scale), exp_scaled(v.y, row_max, scale),
                        exp_scaled(v.z, row_max, scale), exp_scaled(v.w, row_max, scale));
@@ -47,9 +49,13 @@ __device__ float4 times(float4 v, float factor) {
 template <class Vec>
 __device__ Vec filled(float value);
 template <>
-__device__ float filled<float>(float value) { return value; }
+__device__ float filled<float>(float value) {
+    return value;
+}
 template <>
-__device__ float4 filled<float4>(float value) { return make_float4(value, value, value, value); }
+__device__ float4 filled<float4>(float value) {
+    return make_float4(value, value, value, value);
+}
 
 // ---- Short rows (T <= 1024): a warp per row, the live part held in registers ----
 
@@ -58,7 +64,8 @@ __device__ float4 filled<float4>(float value) { return make_float4(value, value,
 // a T <= 1024 head. The row is read from memory once; max, sum and the output come from registers.
 template <class Vec, int kVecsPerLane>
 __global__ void __launch_bounds__(256)
-    softmax_causal_warp_kernel(const float* scores, float* probs, int total_rows, int T, float scale) {
+    softmax_causal_warp_kernel(const float* scores, float* probs, int total_rows, int T,
+                               float scale) {
     constexpr int kRowsPerBlock = 256 / 32, kFloatsPerVec = sizeof(Vec) / sizeof(float);
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
@@ -89,7 +96,8 @@ __global__ void __launch_bounds__(256)
         cache[j] = exp_scaled(cache[j], row_max, scale);
         row_sum += sum_of(cache[j]);
     }
-    for (int offset = 16; offset > 0; offset /= 2) row_sum += __shfl_xor_sync(kFullMask, row_sum, offset);
+    for (int offset = 16; offset > 0; offset /= 2)
+        row_sum += __shfl_xor_sync(kFullMask, row_sum, offset);
 
     // Every column of the row is written: live ones with their probability, masked ones with
     // 0 * inv_sum = 0 exactly.
@@ -105,25 +113,28 @@ __global__ void __launch_bounds__(256)
 
 // The online normalizer of softmax_online, with the scale folded into the exponents.
 // "Nothing seen yet" is {-FLT_MAX, 0} so that merging two empty states gives no NaN.
-struct MaxSum {
+struct SoftmaxState {
     float max;  // largest raw score seen
     float sum;  // sum of exp((score - max) * scale) over the scores seen
 };
 
-__device__ MaxSum merge(MaxSum a, MaxSum b, float scale) {
+__device__ SoftmaxState merge(SoftmaxState a, SoftmaxState b, float scale) {
     const float max = fmaxf(a.max, b.max);
     return {max, a.sum * expf((a.max - max) * scale) + b.sum * expf((b.max - max) * scale)};
 }
 
 template <class Vec>
-__device__ MaxSum add(MaxSum state, Vec v, float scale) {
+__device__ SoftmaxState add(SoftmaxState state, Vec v, float scale) {
     const float max = fmaxf(state.max, max_of(v));
     return {max, state.sum * expf((state.max - max) * scale) + sum_of(exp_scaled(v, max, scale))};
 }
 
-__device__ MaxSum warp_merge(MaxSum s, float scale) {
+__device__ SoftmaxState warp_merge(SoftmaxState s, float scale) {
     for (int offset = 16; offset > 0; offset /= 2)
-        s = merge(s, {__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)}, scale);
+        s = merge(
+            s,
+            {__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)},
+            scale);
     return s;
 }
 
@@ -141,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // Pass 1, over the live part only: each thread's (max, sum), then the block's (lane 0 of
     // each warp posts its warp's state; after the barrier every warp merges the posted ones).
-    MaxSum state{-FLT_MAX, 0.0f};
+    SoftmaxState state{-FLT_MAX, 0.0f};
 #pragma unroll 4
     for (int k = threadIdx.x; k < live_vecs; k += kThreads)
         state = add(state, masked(s[k], k * kFloatsPerVec, i), scale);
@@ -152,7 +163,9 @@ __global__ void __launch_bounds__(kThreads)
         sum_partials[warp] = state.sum;
     }
     __syncthreads();
-    state = warp_merge(lane < kWarps ? MaxSum{max_partials[lane], sum_partials[lane]} : MaxSum{-FLT_MAX, 0.0f}, scale);
+    state = warp_merge(lane < kWarps ? SoftmaxState{max_partials[lane], sum_partials[lane]}
+                                     : SoftmaxState{-FLT_MAX, 0.0f},
+                       scale);
 
     // Pass 2 writes the whole row: the live part from a second read (its last use: __ldcs and
     // __stcs mark the lines evict-first, so they do not crowd out rows other blocks still read),
@@ -160,9 +173,11 @@ __global__ void __launch_bounds__(kThreads)
     const float inv_sum = 1.0f / state.sum;
 #pragma unroll 4
     for (int k = threadIdx.x; k < vecs; k += kThreads) {
-        const Vec probability = k < live_vecs
-                                    ? times(exp_scaled(masked(__ldcs(s + k), k * kFloatsPerVec, i), state.max, scale), inv_sum)
-                                    : filled<Vec>(0.0f);
+        const Vec probability =
+            k < live_vecs
+                ? times(exp_scaled(masked(__ldcs(s + k), k * kFloatsPerVec, i), state.max, scale),
+                        inv_sum)
+                : filled<Vec>(0.0f);
         __stcs(p + k, probability);
     }
 }
@@ -175,7 +190,8 @@ void launch(const float* scores, float* probs, int batch_heads, int T, float sca
         constexpr int kVecsPerLane = 1024 / 32 / (sizeof(Vec) / sizeof(float));
         constexpr int kRowsPerBlock = 256 / 32;
         softmax_causal_warp_kernel<Vec, kVecsPerLane>
-            <<<course::ceil_div(total_rows, kRowsPerBlock), 256>>>(scores, probs, total_rows, T, scale);
+            <<<course::ceil_div(total_rows, kRowsPerBlock), 256>>>(scores, probs, total_rows, T,
+                                                                   scale);
     } else if (T <= 2048) {
         // About 4 vectors per thread per pass: 128 threads for rows up to 2048, 256 beyond.
         softmax_causal_block_kernel<Vec, 128><<<total_rows, 128>>>(scores, probs, T, scale);

@@ -2,8 +2,8 @@
 //
 //   course::DeviceBuffer<float> out("out", n);      // every element holds the NaN poison
 //   run_learner(out.data(), n);
-//   EXPECT_TRUE(out.redzones_intact());             // "wrote past the end of `out` ..."
 //   EXPECT_TRUE(course::expect_close(out.download(), want, tol, {"out"}));
+//   // when `out` goes out of scope its redzones are checked: "wrote past the end of `out` ..."
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,9 +19,11 @@
 namespace course {
 
 // Raw bytes with a redzone on each side. The redzones hold a canary byte pattern; any change to
-// them is an out-of-bounds write by the code under test, reported with the buffer's name.
+// them is an out-of-bounds write by the code under test, reported with the buffer's name as a
+// failure of the current test when the buffer is destroyed (so every buffer of every checker is
+// checked without a line of its own), or earlier by redzones_intact().
 class DeviceAllocation {
-public:
+  public:
     static constexpr std::size_t kRedzoneBytes = 64 * 1024;
 
     DeviceAllocation(std::string name, std::size_t bytes, std::size_t element_bytes,
@@ -40,9 +42,10 @@ public:
     void upload(const void* host, std::size_t bytes);
     void download(void* host, std::size_t bytes) const;
     // Checks both canaries, then re-arms them so that a later check reports only new damage.
+    // The destructor calls it too; call it yourself only to check before the buffer goes.
     testing::AssertionResult redzones_intact();
 
-private:
+  private:
     std::string name_;
     std::size_t bytes_;
     std::size_t element_bytes_;
@@ -52,10 +55,12 @@ private:
 
 template <class T>
 class DeviceBuffer {
-public:
+  public:
     DeviceBuffer(std::string name, std::size_t count)
-        : alloc_(std::move(name), count * sizeof(T), sizeof(T), poison_pattern<T>()), count_(count) {}
-    DeviceBuffer(std::string name, const std::vector<T>& host) : DeviceBuffer(std::move(name), host.size()) {
+        : alloc_(std::move(name), count * sizeof(T), sizeof(T), poison_pattern<T>()),
+          count_(count) {}
+    DeviceBuffer(std::string name, const std::vector<T>& host)
+        : DeviceBuffer(std::move(name), host.size()) {
         upload(host);
     }
 
@@ -77,7 +82,7 @@ public:
     void poison() { alloc_.poison(); }
     testing::AssertionResult redzones_intact() { return alloc_.redzones_intact(); }
 
-private:
+  private:
     DeviceAllocation alloc_;
     std::size_t count_;
 };

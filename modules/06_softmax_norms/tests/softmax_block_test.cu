@@ -2,8 +2,8 @@
 // rows, scalar and float4 paths), many rows, one dominant entry at each boundary position, inputs
 // that overflow a naive exp and -inf entries, pointers that are not 16-byte aligned; then the
 // bandwidth at 16384 x 4096 and 4096 x 50304 next to a device copy, and next to cuDNN's softmax.
-#include "softmax_checks.h"
 #include "softmax_block.h"
+#include "softmax_checks.h"
 
 namespace {
 

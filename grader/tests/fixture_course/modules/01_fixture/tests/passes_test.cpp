@@ -1,5 +1,5 @@
 // Checker of 01_fixture/passes: a correctness test and two timed cases with fixed numbers, in the
-// properties the real harness records (course/bench.h: record_perf).
+// properties the real harness records (course/bench.h: record_bandwidth).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,7 +10,7 @@ namespace {
 
 void record_perf(const std::string& label, double value, double baseline_value) {
     using testing::Test;
-    Test::RecordProperty("perf_case", label);
+    Test::RecordProperty("perf_label", label);
     Test::RecordProperty("perf_metric", "GB/s");
     Test::RecordProperty("perf_value", std::to_string(value));
     Test::RecordProperty("perf_baseline", "copy");
