@@ -77,7 +77,8 @@ def perf_case(test: dict) -> PerfCase:
     samples = _number(test.get("perf_samples"))
     return PerfCase(label=test.get("perf_label", test.get("name", "")),
                     metric=test.get("perf_metric", ""), baseline=test.get("perf_baseline", ""),
-                    samples=None if samples is None else int(samples), **numbers)
+                    samples=None if samples is None else int(samples),
+                    test=f"{test.get('classname', '')}.{test.get('name', '')}", **numbers)
 
 
 def clean_message(message: str) -> str:

@@ -1,9 +1,10 @@
-"""The `grader` command line: list, run, report, hint, check, gpu."""
+"""The `grader` command line: list, run, hint, check, gpu; and the tools of tools_cli.py (watch,
+profile, sanitize, doctor, compare, report)."""
 from pathlib import Path
 
 import click
 
-from grader import gpu_table, hints, ladder
+from grader import gpu_table, hints
 from grader.build import BuildTree
 from grader.check import build_problems, static_problems
 from grader.course import ALL, Course, find_root, load_course, select, select_one
@@ -17,6 +18,7 @@ from grader.report import (make_console, print_exercise_list, print_json, print_
 from grader.results import EMULATED, LEARNER, SOLUTION
 from grader.state import load_results, record_results
 from grader.tools import gpu_visible, require_build_tools
+from grader.tools_cli import TOOL_COMMANDS
 
 NO_GPU_NOTE = "note: no NVIDIA GPU visible (nvidia-smi): the checkers will report skipped"
 
@@ -92,25 +94,6 @@ def run(root_option: Path | None, selector: str, solutions: bool, emulate: bool,
     if variant == LEARNER:
         update_learner_files(course, stored[LEARNER])
     raise SystemExit(0 if all(result.passed for result in results) else 1)
-
-
-@main.command()
-@click.argument("module")
-@click.option("--solutions", is_flag=True,
-              help="The saved results of the reference solutions (grader run --solutions), not "
-                   "yours.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the plot (PNG; default .grader/<module>_ladder.png).")
-@click.pass_obj
-def report(root_option: Path | None, module: str, solutions: bool, plot_path: Path | None) -> None:
-    """The ladder of MODULE (04): each rung's TFLOP/s and % of cuBLAS at each size, and a plot
-    of them (with matplotlib installed). Reads the results `grader run` saved; runs nothing."""
-    course = _course(root_option)
-    if "/" in module:
-        raise UserError(f"'{module}' is an exercise: a report is of a module, e.g. 04")
-    module_name = select(course, module)[0].module
-    ladder.print_report(make_console(), course, module_name, SOLUTION if solutions else LEARNER,
-                        plot_path)
 
 
 @main.command()
@@ -211,3 +194,8 @@ def _mutant_problems(course: Course, exercises: list[Exercise], variant: str) ->
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+# watch, profile, sanitize, doctor, compare, report (grader/tools_cli.py).
+for _command in TOOL_COMMANDS:
+    main.add_command(_command)

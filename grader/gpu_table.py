@@ -69,13 +69,26 @@ def measure(course: Course, log) -> dict[str, str]:
     return parse(result.stdout)
 
 
+def copy_gb_s(facts: dict[str, str]) -> float:
+    """The measured copy bandwidth, counting the bytes read and the bytes written."""
+    return 2 * int(facts["copy_bytes"]) / (float(facts["copy_median_ms"]) * 1e6)
+
+
+def fp32_peak_tflop_s(facts: dict[str, str]) -> float | None:
+    """SMs x FP32 lanes x 2 FLOP per FMA x the peak clock; None for a GPU not in our table."""
+    lanes = FP32_LANES_PER_SM.get(facts["compute_capability"])
+    if lanes is None:
+        return None
+    return int(facts["multiprocessors"]) * lanes * 2 * int(facts["sm_clock_khz"]) / 1e9
+
+
 def rows(facts: dict[str, str]) -> list[Row]:
     """The learner's GPU table, with the arithmetic spelled out in each derived row."""
     sms = int(facts["multiprocessors"])
     threads_per_sm = int(facts["max_threads_per_sm"])
     registers = int(facts["registers_per_sm"])
     optin = int(facts["shared_memory_per_block_optin_bytes"])
-    copy_gb_s = 2 * int(facts["copy_bytes"]) / (float(facts["copy_median_ms"]) * 1e6)
+    measured_gb_s = copy_gb_s(facts)
     sm_ghz = int(facts["sm_clock_khz"]) / 1e6
     memory_mhz = int(facts["memory_clock_khz"]) / 1e3
     bus_bits = int(facts["memory_bus_bits"])
@@ -96,23 +109,23 @@ def rows(facts: dict[str, str]) -> list[Row]:
             device + " (opt-in: cudaFuncSetAttribute)"),
         Row("L2 cache", f"{int(facts['l2_bytes']) / 2**20:g} MiB", device),
         Row("device memory", f"{int(facts['global_memory_bytes']) / 2**30:.1f} GiB", device),
-        Row("memory bandwidth, measured", f"{copy_gb_s:,.0f} GB/s",
+        Row("memory bandwidth, measured", f"{measured_gb_s:,.0f} GB/s",
             f"device-to-device copy of {int(facts['copy_bytes']) // 2**20} MiB, read + write "
             f"counted, median of 21"),
         Row("memory bandwidth, on paper", f"{paper_gb_s:,.0f} GB/s",
             f"2 transfers x {memory_mhz:.0f} MHz x {bus_bits} bits / 8 (memory clock and bus "
             f"width from the device)"),
     ]
-    lanes = FP32_LANES_PER_SM.get(capability)
-    if lanes is None:
+    peak_tflop_s = fp32_peak_tflop_s(facts)
+    if peak_tflop_s is None:
         table.append(Row("FP32 peak, ridge point", "unknown",
                          f"FP32 lanes per SM of compute capability {capability} not in our table"))
     else:
-        peak_tflop_s = sms * lanes * 2 * sm_ghz / 1e3
+        lanes = FP32_LANES_PER_SM[capability]
         table += [
             Row("FP32 peak", f"{peak_tflop_s:.1f} TFLOP/s",
                 f"{sms} SMs x {lanes} lanes x 2 FLOP per FMA x {sm_ghz:.3f} GHz (peak clock)"),
-            Row("ridge point", f"{peak_tflop_s * 1e3 / copy_gb_s:.1f} FLOP/byte",
+            Row("ridge point", f"{peak_tflop_s * 1e3 / measured_gb_s:.1f} FLOP/byte",
                 "FP32 peak / measured bandwidth"),
         ]
     clusters = facts["cluster_launch"] == "1"

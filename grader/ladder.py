@@ -1,20 +1,17 @@
 """A module's optimization ladder, from the results the runs saved (`.grader/results.json`): each
 rung's TFLOP/s and % of the baseline at each square size, as a table, and as a plot of TFLOP/s
-against size when matplotlib is installed. `grader report 04` shows module 04's (the SGEMM ladder,
-with module 01's naive_matmul at its foot)."""
+against size (with matplotlib). `grader report 04` (grader/learner_report.py) shows module 04's,
+the SGEMM ladder with module 01's naive_matmul at its foot."""
 import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from grader.course import Course
-from grader.errors import UserError
-from grader.results import PASS, SOLUTION
-from grader.state import STATE_DIR, load_results
+from grader.results import PASS
 
 # The modules that have a ladder, and the rungs timed in earlier modules that stand at its foot.
 LADDERS = {"04_sgemm": ("01_basics/naive_matmul",)}
@@ -25,7 +22,6 @@ BASELINE = "cublas_sgemm"
 BASELINE_LABEL = "cuBLAS"
 # A timed case on a square product, labelled "MxNxK" by the checkers: "4096x4096x4096".
 SQUARE_CASE = re.compile(r"^(\d+)x\1x\1$")
-INSTALL_PLOT = "python3 -m pip install -e '.[plot]'"
 
 
 @dataclass(frozen=True)
@@ -46,30 +42,6 @@ class Rung:
     key: str                    # module/id
     status: str                 # of its last run, "-" if it never ran
     points: tuple[Point, ...]   # by size; only when the last run passed
-
-
-def print_report(console: Console, course: Course, module: str, variant: str,
-                 plot_path: Path | None = None) -> None:
-    """The ladder table of `module` from the saved results of `variant`, then its plot (written
-    to `plot_path`, default .grader/<module>_ladder[_solutions].png) or why there is none."""
-    if module not in LADDERS:
-        raise UserError(f"{module} has no ladder report: the modules with one are "
-                        f"{', '.join(LADDERS)}")
-    rungs = read_ladder(course, module, load_results(course.root).get(variant, {}))
-    console.print(ladder_table(module, rungs))
-    if not any(rung.points for rung in rungs):
-        solutions = " --solutions" if variant == SOLUTION else ""
-        console.print(f"no timed results yet: `grader run {module}{solutions}` saves them",
-                      markup=False)
-        return
-    suffix = "_solutions" if variant == SOLUTION else ""
-    path = plot_path or course.root / STATE_DIR / f"{module}_ladder{suffix}.png"
-    try:
-        plot_ladder(module, rungs, path)
-    except ImportError:
-        console.print(f"no plot: matplotlib is not installed ({INSTALL_PLOT})", markup=False)
-        return
-    console.print(f"plot: {path}", markup=False)
 
 
 def read_ladder(course: Course, module: str, entries: dict[str, dict]) -> list[Rung]:

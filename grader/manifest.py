@@ -26,10 +26,11 @@ EXERCISE_SCHEMA = {
     "baseline": (str, "a string"),
     "target": ((int, float), "a number"),
     "timeout_s": ((int, float), "a number"),
+    "intensity": ((int, float), "a number"),
     "hints": (list, "a list of strings"),
     "fast_solution": (str, "a string"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "fast_solution"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution"}
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
@@ -54,6 +55,9 @@ class Exercise:
     # The tuned reference beside the readable one (solutions/<module>/<fast_solution>), where the
     # target needs more than the lesson; "" when the readable solution is the only reference.
     fast_solution: str = ""
+    # FLOP per byte of the timed case's compulsory DRAM traffic (`grader report`'s roofline);
+    # None when the manifest does not say.
+    intensity: float | None = None
 
     @property
     def key(self) -> str:
@@ -129,6 +133,8 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
     if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:
         problems.append(f"{where}: min_sm and target must be >= 0, timeout_s > 0")
+    if entry.get("intensity", 0) < 0:
+        problems.append(f"{where}: intensity must be >= 0")
     if (entry["metric"] == "") != (entry["baseline"] == ""):
         problems.append(f"{where}: 'metric' and 'baseline' go together (both set or both empty)")
     if entry["target"] > 0 and not entry["baseline"]:
@@ -194,6 +200,7 @@ def _module(name: str, data: dict) -> Module:
             timeout_s=float(entry.get("timeout_s", DEFAULT_TIMEOUT_S)),
             hints=tuple(entry["hints"]),
             fast_solution=entry.get("fast_solution", ""),
+            intensity=None if "intensity" not in entry else float(entry["intensity"]),
         )
         for entry in data["exercise"]
     )

@@ -1,5 +1,5 @@
 """What grading one exercise produces: its status, the detail shown, and its timed cases."""
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from grader.manifest import Exercise
 
@@ -33,10 +33,14 @@ class PerfCase:
     spread_pct: float | None = None
     samples: int | None = None
     baseline_median_ms: float | None = None
+    # The GoogleTest name (Suite.Test): `grader profile` and `grader sanitize` select it by name.
+    test: str = ""
 
     @classmethod
     def from_dict(cls, data: dict) -> "PerfCase":
-        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+        # Results saved before a field existed lack it: its default, else None.
+        return cls(**{f.name: data.get(f.name, None if f.default is MISSING else f.default)
+                      for f in fields(cls)})
 
     def value_text(self) -> str:
         return _with_unit(self.value, self.metric)

@@ -24,3 +24,13 @@ def gpu_visible() -> bool:
         return subprocess.run([smi, "-L"], capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def require_toolkit_program(program: str, name: str) -> str:
+    """The path of a CUDA toolkit program (ncu, compute-sanitizer), or one line saying where it is."""
+    path = shutil.which(program)
+    if path is None:
+        raise UserError(f"{name} not found on PATH: it comes with the CUDA toolkit (add the "
+                        "toolkit's bin folder, e.g. /usr/local/cuda/bin, to PATH); `grader doctor` "
+                        "checks it")
+    return path
