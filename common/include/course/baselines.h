@@ -11,7 +11,8 @@ namespace course::baseline {
 // cudaMemcpy device to device: the memory-bound ceiling (counts `bytes` read + `bytes` written).
 void device_copy(void* dst, const void* src, std::size_t bytes);
 
-// C = A * B, row-major float32: A is M x K, B is K x N, C is M x N. cuBLAS in plain FP32 (no TF32).
+// C = A * B, row-major float32: A is M x K, B is K x N, C is M x N. cuBLAS in plain FP32: its
+// math mode is set to CUBLAS_DEFAULT_MATH (no TF32, no emulation).
 void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C);
 
 // *out = sum of in[0..n), CUB DeviceReduce::Sum.
