@@ -20,6 +20,8 @@ constexpr int kTM = 8;   // rows of C per thread, one accumulator each
 constexpr int kThreads = (kBM / kTM) * kBN;  // one thread per kTM x 1 column piece of the C tile
 
 static_assert(kBM % kTM == 0, "a block's rows split into whole columns of kTM");
+static_assert((kBM + kBN) * kBK * sizeof(float) <= 48 * 1024,
+              "both tiles fit in the 48 KB of static shared memory a block has without opting in");
 
 }  // namespace
 

@@ -25,6 +25,8 @@ constexpr int kThreads = (kBM / kTM) * (kBN / kTN);  // one thread per kTM x kTN
 constexpr int kBlocksPerSm = 2;
 
 static_assert(kBM % kTM == 0 && kBN % kTN == 0, "the block tile splits into whole thread tiles");
+static_assert((kBM + kBN) * kBK * sizeof(float) <= 48 * 1024,
+              "both tiles fit in the 48 KB of static shared memory a block has without opting in");
 
 }  // namespace
 

@@ -16,6 +16,8 @@ namespace {
 constexpr int kTile = 32;                // a block computes a kTile x kTile tile of C
 constexpr int kThreads = kTile * kTile;  // one thread per element of the tile
 
+static_assert(kThreads <= 1024, "a block holds at most 1024 threads");
+
 }  // namespace
 
 __global__ void sgemm_coalesced_kernel(int M, int N, int K, float alpha,

@@ -16,6 +16,8 @@ namespace {
 constexpr int kTile = 32;                // C tile, A tile and B tile are all kTile x kTile
 constexpr int kThreads = kTile * kTile;  // one thread per element of the C tile
 
+static_assert(kThreads <= 1024, "a block holds at most 1024 threads");
+
 }  // namespace
 
 __global__ void sgemm_smem_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
