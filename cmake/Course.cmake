@@ -27,9 +27,15 @@ endfunction()
 # Enables CUDA with a clear message when nvcc is missing.
 macro(course_enable_cuda)
   course_select_cuda_architecture()
+  # check_language() caches what it found, NOTFOUND included: look again on every configure, so
+  # that nvcc put on PATH (or CUDACXX set) after a failed configure is found.
+  if(NOT CMAKE_CUDA_COMPILER)
+    unset(CMAKE_CUDA_COMPILER CACHE)
+  endif()
   include(CheckLanguage)
   check_language(CUDA)
   if(NOT CMAKE_CUDA_COMPILER)
+    # The grader recognizes this text (grader/build.py: NVCC_MISSING).
     message(FATAL_ERROR "No CMAKE_CUDA_COMPILER could be found: install the CUDA toolkit (nvcc) "
                         "or point CUDACXX at nvcc.")
   endif()
@@ -55,12 +61,24 @@ macro(course_find_gtest)
       include(FetchContent)
       FetchContent_Declare(googletest
         URL https://github.com/google/googletest/archive/refs/tags/v1.15.2.tar.gz
+        URL_HASH SHA256=7b42b4d6ed48810c5362c265a17faebe90dc2373c885e5216439d37927f02926
         DOWNLOAD_EXTRACT_TIMESTAMP ON)
       set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
       FetchContent_MakeAvailable(googletest)
     endif()
   endif()
 endmacro()
+
+# Sets `variable` to whether `path` exists, and makes the build run CMake again when that changes:
+# a file missing at one configure (a branch switch, a stash) gets its targets back once it returns.
+function(course_file_exists variable path)
+  file(GLOB found CONFIGURE_DEPENDS "${path}")
+  if(found)
+    set(${variable} TRUE PARENT_SCOPE)
+  else()
+    set(${variable} FALSE PARENT_SCOPE)
+  endif()
+endfunction()
 
 # One exercise: its checker compiled once, linked with the stub (learner), the readable solution
 # (solution) and/or the fast reference (fast, only where the manifest names a fast_solution).
@@ -70,9 +88,10 @@ function(course_exercise)
   cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;FAST_SOLUTION" "" ${ARGN})
   set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
   set(base "${EX_MODULE}.${EX_ID}")
-  # A missing file makes no target (the grader then reports that exercise as a build error)
+  # A missing file makes no target (the grader reports it as missing before building)
   # instead of failing the whole configure: one broken exercise must not block the others.
-  if(NOT EXISTS "${module_dir}/${EX_CHECKER}")
+  course_file_exists(checker_exists "${module_dir}/${EX_CHECKER}")
+  if(NOT checker_exists)
     message(WARNING "${base}: checker ${EX_CHECKER} not found; no targets for this exercise")
     return()
   endif()
@@ -112,7 +131,8 @@ function(course_exercise)
               "COURSE_VARIANTS: unknown variant '${variant}' (learner, solution, fast, emulated)")
     endif()
     set(target "${base}.${variant}")
-    if(NOT EXISTS "${source}")
+    course_file_exists(source_exists "${source}")
+    if(NOT source_exists)
       message(WARNING "${target}: ${source} not found; no target")
       continue()
     endif()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The acceptance of modules on a GPU in one command (course authors, on the device machine):
-# the reference solutions, readable and fast (timed alone), the untouched stubs, then every
-# planted bug of the selection, one copy of the tree per exercise, the copies in parallel.
+# the reference solutions, readable and fast (timed alone), the same solutions built for the
+# oldest architecture the course supports and run JIT-compiled on this GPU, the untouched stubs,
+# then every planted bug of the selection, one copy of the tree per exercise, the copies in
+# parallel.
 #
 #   dev/accept.sh SELECTOR... [--no-mutants] [--memcheck]
 #     SELECTOR    as for `grader run`: all, a module (06) or an exercise (06/layernorm); several
@@ -9,8 +11,8 @@
 #     --memcheck  also run every reference (readable and fast) of the selection under
 #                 compute-sanitizer's memcheck, exact allocations, its correctness cases only,
 #                 eight at a time (what `grader check` does on a GPU): memcheck.txt
-#   OUT=dir       where solutions.txt, stubs.txt, mutants.txt (and memcheck.txt) go (default
-#                 build/accept)
+#   OUT=dir       where solutions.txt, oldest-arch.txt, stubs.txt, mutants.txt (and memcheck.txt)
+#                 go (default build/accept)
 #
 # Sequential, `grader check --mutants` for module 06 takes about 15 minutes (40 bugs, a build and a
 # checker run each), longer than one device command may run; eight copies side by side take a
@@ -40,13 +42,21 @@ status=0
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
 : > "$out/solutions.txt"
+: > "$out/oldest-arch.txt"
 : > "$out/stubs.txt"
 : > "$out/checking.txt"
+# What a configure without a GPU makes (sm_75, the course's oldest), run on this GPU from PTX: the
+# host must take the paths the device code was compiled for (course::clusters_available).
+oldest=build/accept-oldest-arch
+rm -rf "$oldest" && mkdir -p "$oldest"
+tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$oldest"
 for selector in "${selectors[@]}"; do
   COURSE_CHECKING_LOG=$(cd "$out" && pwd)/checking.txt \
     python3 -m grader run "$selector" --solutions >> "$out/solutions.txt" 2>&1 || status=1
   # A judged target not met is a failure too (`grader run` passes it with "not met").
   grep -qE '^\S+.* not met \(>=' "$out/solutions.txt" && status=1
+  (cd "$oldest" && CUDAARCHS=75 python3 -m grader run "$selector" --solutions) \
+    >> "$out/oldest-arch.txt" 2>&1 || status=1
   # The stubs must all report todo, which `grader run` counts as not passing (exit 1).
   python3 -m grader run "$selector" >> "$out/stubs.txt" 2>&1
 done
@@ -114,7 +124,8 @@ EOF
 fi
 
 # The tables, without the build's progress lines.
-grep -avE '^\[[0-9]+/[0-9]+\]|^ninja: |^configuring ' "$out/solutions.txt" "$out/stubs.txt" |
+grep -avE '^\[[0-9]+/[0-9]+\]|^ninja: |^configuring |^collecting ' "$out/solutions.txt" \
+  "$out/oldest-arch.txt" "$out/stubs.txt" |
   sed -E 's/^[^:]*\.txt://'
 # What checking every timed call cost the solutions' run (course/bench.h).
 awk '{calls += $(NF - 5); seconds += substr($(NF - 1), 2)}

@@ -8,7 +8,7 @@
 #     EXERCISE  module/exercise, e.g. 06_softmax_norms/layernorm
 #     FILTER    the checker's GoogleTest filter to time, e.g. '*Bandwidth4096x50304*'
 #     VARIANT   name[:kConstant=value,kConstant=value...]; a bare name times the file as it is
-#   PATCH=file          applied (git apply) to the solution before the constants are set
+#   PATCH=file          applied (patch -p2) to the solution before the constants are set
 #   CORRECTNESS=filter  the checker's cases each variant must pass first (default: all but
 #                       FILTER; "none" skips them, for a diagnostic variant that is wrong on purpose)
 #   REPEATS=2           timed rounds; a round runs every variant once, so all see the same clocks
@@ -38,8 +38,11 @@ EOF
 )
 source_file=$scratch/$module/$file
 [ -f "$source_file" ] || { echo "sweep: no solution $source_file" >&2; exit 2; }
-# The patch names solutions/<module>/<file>: strip a/solutions/ and apply it to the copy.
-[ -z "${PATCH:-}" ] || git apply -p2 --directory="$scratch" "$PATCH"
+# The patch names solutions/<module>/<file>: strip a/solutions/ and apply it to the copy. patch(1),
+# not `git apply --directory`, which applies nothing, silently, inside another git checkout.
+if [ -n "${PATCH:-}" ]; then
+  patch -s -p2 -d "$scratch" < "$PATCH" || { echo "sweep: $PATCH does not apply" >&2; exit 2; }
+fi
 cp "$source_file" "$build/pristine.cu"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOURSE_VARIANTS="$variant" \
   -DCOURSE_SOLUTIONS_DIR="$PWD/$scratch" -DCOURSE_TEST_GRADER=OFF > "$logs/configure.log" 2>&1 ||

@@ -1,9 +1,11 @@
 """The checker protocol: a checker run -> its status and detail (table in CONTRIBUTING.md)."""
 import re
 import signal
+from dataclasses import replace
 from typing import Callable
 
 from grader.results import CRASH, FAIL, PASS, SKIPPED, TIMEOUT, TODO, Outcome, PerfCase
+from grader.runner import KEPT_OUTPUT_BYTES, byte_count
 
 TODO_TAG = "[course:todo]"
 CUDA_ERROR_TAG = "[course:cuda-error]"
@@ -22,12 +24,23 @@ GTEST_BANNERS = ("[----------]", "[==========]")
 # failed. They go up front, where the grader's first lines show them.
 GTEST_TRACE = re.compile(r"\nGoogle Test trace:\n(.*)$", re.S)
 TRACE_LINE = re.compile(r"^\S+:\d+: ")
+FORGED = ("its report did not come from the harness (it lacks this run's nonce): the exercise's "
+          "code wrote or replaced the checker's report, which is never a pass")
 PERF_NUMBERS = ("value", "baseline_value", "ratio", "median_ms", "min_ms", "spread_pct",
                 "baseline_median_ms")
 
 
 def classify(run, *, exe: str, timeout_s: float, strip_root: Callable[[str], str]) -> Outcome:
     """`run` is a runner.CheckerRun; `exe` the repo-relative executable, for the sanitizer hint."""
+    outcome = _classify(run, exe, timeout_s, strip_root)
+    if run.cut_bytes and outcome.status != PASS:
+        outcome = replace(outcome, detail=[
+            *outcome.detail, f"{byte_count(run.cut_bytes)} of the checker's output were left "
+            f"out: --verbose shows its first and its last {byte_count(KEPT_OUTPUT_BYTES)}"])
+    return outcome
+
+
+def _classify(run, exe: str, timeout_s: float, strip_root: Callable[[str], str]) -> Outcome:
     output = strip_root(run.output)
     sanitizer = f"investigate: compute-sanitizer {exe}"
     if run.timed_out:
@@ -36,6 +49,8 @@ def classify(run, *, exe: str, timeout_s: float, strip_root: Callable[[str], str
     if run.returncode < 0:
         return Outcome(CRASH, [f"killed by {_signal_name(-run.returncode)}", *_tail(output),
                                sanitizer], output=output)
+    if run.forged:
+        return Outcome(FAIL, [FORGED], output=output)
     if run.report is None:
         return Outcome(CRASH, [f"exited with status {run.returncode} without writing its report",
                                *_tail(output), sanitizer], output=output)

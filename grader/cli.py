@@ -1,31 +1,78 @@
 """The `grader` command line: list, run, hint, check, gpu; and the tools of tools_cli.py (watch,
 profile, sanitize, doctor, compare, report)."""
+import math
+import os
+import re
+import signal
 from pathlib import Path
 
 import click
 
 from grader import gpu_table, hints
-from grader.build import BuildTree
+from grader.activity import StderrLog
+from grader.build import BuildTree, cuda_architecture_note
 from grader.check import build_problems, static_problems
 from grader.course import ALL, Course, find_root, load_course, select, select_one
 from grader.errors import UserError
 from grader.grading import grade, grade_references
 from grader.manifest import Exercise
 from grader.mutants import read_mutants, run_mutants
-from grader.progress import update_learner_files
+from grader.progress import check_learner_files, update_learner_files
 from grader.report import (make_console, print_exercise_list, print_json, print_mutants,
                            print_results)
 from grader.results import EMULATED, LEARNER, SOLUTION
-from grader.state import load_results, record_results
-from grader.tools import gpu_visible, require_build_tools
+from grader.state import load_results, record_results, state_lock
+from grader.tools import gpu_sm, gpu_visible, require_build_tools
 from grader.tools_cli import TOOL_COMMANDS
 
 NO_GPU_NOTE = "note: no NVIDIA GPU visible (nvidia-smi): the checkers will report skipped"
+# What the harness accepts (common/src/random.cpp): a whole number that fits 64 bits.
+SEED = re.compile(r"^[0-9]{1,20}$")
+# Progress goes to stderr: stdout carries only the table or the JSON.
+_log = StderrLog()
 
 
-def _log(line: str) -> None:
-    # Progress goes to stderr: stdout carries only the table or the JSON.
-    click.echo(line, err=True)
+class Interrupted(click.ClickException):
+    """Ctrl-C, SIGTERM or SIGHUP: whatever ran was stopped (its process group killed), and
+    nothing was recorded."""
+
+    exit_code = 130
+
+    def __init__(self) -> None:
+        super().__init__("interrupted: the build or checker that was running is stopped, and "
+                         "nothing was recorded")
+
+
+class GraderGroup(click.Group):
+    """Turns SIGTERM and SIGHUP into what Ctrl-C does, and every interruption into one line."""
+
+    def invoke(self, context: click.Context):
+        previous = {number: signal.signal(number, _raise_interrupt)
+                    for number in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            return super().invoke(context)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+
+def _raise_interrupt(number, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _timeout_seconds(context, parameter, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UserError(f"--timeout must be a number of seconds above 0, got {value}")
+    return value
+
+
+def _check_seed() -> None:
+    seed = os.environ.get("GRADER_SEED")
+    if seed is not None and (not SEED.match(seed) or int(seed) >= 2**64):
+        raise UserError(f"GRADER_SEED must be a whole number (a seed a failure printed), got "
+                        f"'{seed}': fix it, or unset it for new inputs")
 
 
 def _root(root_option: Path | None) -> Path:
@@ -36,7 +83,7 @@ def _course(root_option: Path | None) -> Course:
     return load_course(_root(root_option))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GraderGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), envvar="GRADER_ROOT",
               help="The course folder (env GRADER_ROOT; default: the first folder up from here "
                    "holding CMakeLists.txt and modules/).")
@@ -65,7 +112,7 @@ def list_command(root_option: Path | None) -> None:
               help="Grade the reference solutions on the CPU emulator (dev/emu, built in "
                    "build/emulated): correctness only, no GPU needed, for the modules it runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON, not a table.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S",
+@click.option("--timeout", type=float, metavar="S", callback=_timeout_seconds,
               help="Seconds each checker may run (default: the manifest's timeout_s).")
 @click.option("--verbose", is_flag=True,
               help="Also print the full output of each build or checker that did not pass.")
@@ -78,21 +125,32 @@ def run(root_option: Path | None, selector: str, solutions: bool, emulate: bool,
     """
     course = _course(root_option)
     exercises = select(course, selector)
+    _check_seed()
     require_build_tools()
-    if not gpu_visible() and not emulate:
-        _log(NO_GPU_NOTE)
     variant = EMULATED if emulate else SOLUTION if solutions else LEARNER
+    # What would stop the recording stops the run first, before anything is built.
+    previous = load_results(course.root).get(LEARNER, {})
+    if variant == LEARNER:
+        check_learner_files(course)
+    gpu = emulate or gpu_visible()
+    if not gpu:
+        _log(NO_GPU_NOTE)
+    tree = BuildTree.standard(course, variant)
     if variant == SOLUTION:
         results = grade_references(course, exercises, _log, timeout)
     else:
-        results = grade(BuildTree.standard(course, variant), exercises, _log, timeout)
+        results = grade(tree, exercises, _log, timeout)
+    note = cuda_architecture_note(tree, gpu_sm()) if gpu and not emulate else None
+    if note:
+        _log(note)
     if as_json:
         print_json(results)
     else:
         print_results(make_console(), results, verbose)
-    stored = record_results(course.root, results)
-    if variant == LEARNER:
-        update_learner_files(course, stored[LEARNER])
+    with state_lock(course.root):
+        stored = record_results(course.root, results)
+        if variant == LEARNER:
+            update_learner_files(course, stored.get(LEARNER, {}), previous)
     raise SystemExit(0 if all(result.passed for result in results) else 1)
 
 
@@ -112,7 +170,7 @@ def hint(root_option: Path | None, exercise: str, reset: bool, show_all: bool) -
         click.echo(f"Hints of {chosen.key} reset: the next `grader hint` shows hint 1 of {total}.")
         return
     if show_all:
-        shown = hints.revealed(course.root, chosen)
+        shown = min(hints.revealed(course.root, chosen), total)
         if not shown:
             click.echo(f"No hint of {chosen.key} revealed yet: `grader hint {chosen.key}` "
                        "shows the first.")
@@ -156,6 +214,7 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
                         "and nvidia-smi sees no GPU here (--emulate runs it on the CPU emulator)")
     course, exercises, problems = static_problems(root, selector)
     if not no_build or with_mutants:
+        _check_seed()
         require_build_tools()
     if not no_build:
         if not gpu:

@@ -82,6 +82,9 @@ def load_course(root: Path) -> Course:
 
 def select(course: Course, selector: str) -> list[Exercise]:
     """The exercises named by all, 01, 01_basics, 01/vector_add or 01_basics/vector_add."""
+    if not course.exercises:
+        raise UserError(f"{course.root} has no exercises: no modules/NN_topic/module.toml lists "
+                        "one")
     if selector == ALL:
         return course.exercises
     module_part, _, exercise_part = selector.partition("/")
@@ -96,7 +99,7 @@ def select(course: Course, selector: str) -> list[Exercise]:
 
 
 def select_one(course: Course, selector: str) -> Exercise:
-    if "/" not in selector:
+    if not selector.partition("/")[2]:
         example = course.exercises[0].key if course.exercises else "01_basics/vector_add"
         raise UserError(f"'{selector}' is not one exercise: write module/exercise, e.g. {example}")
     return select(course, selector)[0]

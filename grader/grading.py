@@ -1,5 +1,6 @@
 """Grading a selection: configure once, refuse forbidden stubs, build, run each checker."""
-from grader.build import BuildTree, Log, build, configure, emulated_modules, not_emulated
+from grader.build import (BuildTree, Log, build, configure, emulated_modules, not_emulated,
+                          tree_lock)
 from grader.classify import classify
 from grader.course import Course
 from grader.library_ban import refused_header
@@ -30,18 +31,36 @@ def grade_references(course: Course, exercises: list[Exercise], log: Log,
 def build_exercises(tree: BuildTree, exercises: list[Exercise],
                     log: Log) -> dict[Exercise, Outcome]:
     """Configures and builds; returns the exercises that did not build (or were refused)."""
-    configure(tree, log)
-    not_built = _not_emulated(tree, exercises) if tree.variant == EMULATED else {}
-    failures = build(tree, [tree.target(exercise) for exercise in exercises
-                            if exercise not in not_built], log)
+    with tree_lock(tree, log):
+        configure(tree, log)
+        not_built = _missing(tree, exercises)
+        if tree.variant == EMULATED:
+            not_built |= _not_emulated(tree, exercises)
+        failures = build(tree, [tree.target(exercise) for exercise in exercises
+                                if exercise not in not_built], log)
+        # The library ban needs the compiler's dependency list: after the build, before a run.
+        if tree.variant == LEARNER:
+            not_built |= _refused(tree, [exercise for exercise in exercises
+                                         if exercise not in not_built
+                                         and tree.target(exercise) not in failures])
     for exercise in exercises:
         failure = failures.get(tree.target(exercise))
         if failure:
             not_built[exercise] = Outcome(BUILD_ERROR, failure.errors, output=failure.output)
-    if tree.variant == LEARNER:
-        not_built |= _refused(tree, [exercise for exercise in exercises
-                                     if exercise not in not_built])
     return not_built
+
+
+def _missing(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
+    """The exercises whose source or checker is not there (a branch switch, a stash), unbuilt:
+    CMake made no target for them (cmake/Course.cmake), and makes it again once they return."""
+    course, missing = tree.course, {}
+    for exercise in exercises:
+        source = course.stub(exercise) if tree.variant == LEARNER else course.solution(exercise)
+        absent = [course.relative(path) for path in (source, course.checker(exercise))
+                  if not path.is_file()]
+        if absent:
+            missing[exercise] = Outcome(BUILD_ERROR, [f"missing: {path}" for path in absent])
+    return missing
 
 
 def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:

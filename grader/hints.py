@@ -2,15 +2,16 @@
 from pathlib import Path
 
 from grader.manifest import Exercise
-from grader.state import load_hint_tiers, save_hint_tiers
+from grader.state import load_hint_tiers, save_hint_tiers, state_lock
 
 
 def reveal_next(root: Path, exercise: Exercise) -> int:
     """Reveals the next hint (the last one stays) and returns its tier, counting from 1."""
-    tiers = load_hint_tiers(root)
-    tier = min(tiers.get(exercise.key, 0) + 1, len(exercise.hints))
-    tiers[exercise.key] = tier
-    save_hint_tiers(root, tiers)
+    with state_lock(root):
+        tiers = load_hint_tiers(root)
+        tier = min(tiers.get(exercise.key, 0) + 1, len(exercise.hints))
+        tiers[exercise.key] = tier
+        save_hint_tiers(root, tiers)
     return tier
 
 
@@ -19,6 +20,7 @@ def revealed(root: Path, exercise: Exercise) -> int:
 
 
 def reset(root: Path, exercise: Exercise) -> None:
-    tiers = load_hint_tiers(root)
-    tiers.pop(exercise.key, None)
-    save_hint_tiers(root, tiers)
+    with state_lock(root):
+        tiers = load_hint_tiers(root)
+        tiers.pop(exercise.key, None)
+        save_hint_tiers(root, tiers)

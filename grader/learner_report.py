@@ -18,7 +18,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from rich.console import Console
 
-from grader import roofline
+from grader import ladder, roofline
 from grader.course import Course
 from grader.manifest import Exercise, Module
 from grader.results import PASS, SOLUTION, PerfCase, format_number
@@ -145,10 +145,6 @@ def ladder_sections(course: Course, modules: list[Module], entries: dict[str, di
                     out_dir: Path, plots: bool) -> list[Section]:
     """Each selected module's ladder, where grader.ladder knows one (ladder.LADDERS): its table
     as ladder.ladder_table draws it, and its plot beside the report."""
-    try:
-        from grader import ladder
-    except ImportError:  # no module has a ladder yet
-        return []
     sections = []
     for module in modules:
         if module.name not in ladder.LADDERS:

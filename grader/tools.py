@@ -1,10 +1,14 @@
 """The programs the grader needs from the machine."""
+import functools
+import re
 import shutil
 import subprocess
 
 from grader.errors import UserError
 
 BUILD_TOOLS = ("cmake", "ninja")
+# CMakePresets.json version 6 and `cmake --workflow` (the test command) need 3.25.
+MIN_CMAKE = (3, 25)
 
 
 def require_build_tools() -> None:
@@ -13,6 +17,22 @@ def require_build_tools() -> None:
         names = " and ".join(missing)
         raise UserError(f"{names} not found on PATH: install {names} (your package manager, or "
                         f"`python3 -m pip install {' '.join(missing)}`) and try again")
+    version = cmake_version()
+    if version is not None and version < MIN_CMAKE:
+        found, needed = ".".join(map(str, version)), ".".join(map(str, MIN_CMAKE))
+        raise UserError(f"cmake {found} is too old: the course needs CMake {needed} or newer "
+                        "(`python3 -m pip install cmake` installs a recent one)")
+
+
+@functools.cache
+def cmake_version() -> tuple[int, int] | None:
+    try:
+        output = subprocess.run(["cmake", "--version"], capture_output=True, text=True,
+                                timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"cmake version (\d+)\.(\d+)", output)
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def gpu_visible() -> bool:
@@ -34,3 +54,17 @@ def require_toolkit_program(program: str, name: str) -> str:
                         "toolkit's bin folder, e.g. /usr/local/cuda/bin, to PATH); `grader doctor` "
                         "checks it")
     return path
+
+
+def gpu_sm() -> int | None:
+    """The compute capability of the first GPU (major*10+minor, 90 for an H100), or None."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        output = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.match(r"\s*(\d+)\.(\d+)", output)
+    return int(found[1]) * 10 + int(found[2]) if found else None

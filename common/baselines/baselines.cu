@@ -27,8 +27,12 @@ void cublas_check(cublasStatus_t status, const char* expression) {
 cublasHandle_t cublas() {
     static cublasHandle_t handle = [] {
         cublasHandle_t h = nullptr;
-        // The default math mode: FP32 SGEMM without TF32, what PyTorch runs for float32 matmul.
         cublas_check(cublasCreate(&h), "cublasCreate");
+        // Plain FP32 SGEMM, set explicitly rather than assumed: CUBLAS_DEFAULT_MATH allows neither
+        // TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH) nor FP32 emulated on bf16 ones
+        // (CUBLAS_FP32_EMULATED_BF16X9_MATH). It is what PyTorch runs for float32 matmul by
+        // default, and what the course's SGEMMs compute.
+        cublas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
         return h;
     }();
     return handle;

@@ -11,7 +11,9 @@ from grader import cli
 
 FIXTURE_COURSE = Path(__file__).parent / "fixture_course"
 REPO = Path(__file__).resolve().parents[2]
-TODO_HEADER = Path("common/include/course/todo.h")
+# The real course's files the fixture course builds with.
+REAL_FILES = (Path("cmake/Course.cmake"), Path("common/include/course/todo.h"),
+              Path("common/src/report_channel.h"))
 SKIP_REASON = "no usable CUDA device (simulated by the fixture)"
 # The no_gpu checker skips when this is in the grader's environment.
 SKIP_ENV = {"FIXTURE_SKIP_REASON": SKIP_REASON}
@@ -36,10 +38,11 @@ def invoke(root: Path | None, *args: str, env: dict | None = None) -> Invocation
 
 
 def make_course(destination: Path) -> Path:
-    """A fresh copy of the fixture course, with the real harness's todo.h where it includes it."""
+    """A fresh copy of the fixture course, with the real course's files it builds with."""
     shutil.copytree(FIXTURE_COURSE, destination)
-    (destination / TODO_HEADER).parent.mkdir(parents=True)
-    shutil.copy(REPO / TODO_HEADER, destination / TODO_HEADER)
+    for path in REAL_FILES:
+        (destination / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / path, destination / path)
     return destination
 
 

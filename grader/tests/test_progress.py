@@ -1,6 +1,6 @@
 """progress.md and ROADMAP.md: only the grader's blocks change."""
 from grader.course import load_course
-from grader.progress import (CHECKLIST_MARKERS, STATUS_MARKERS, replace_block,
+from grader.progress import (CHECKLIST_MARKERS, STATUS_MARKERS, _blocks, block_of, replace_block,
                              update_learner_files)
 from grader.tests.conftest import REPO
 
@@ -53,3 +53,14 @@ def test_the_repositorys_own_files_carry_the_markers_once():
     for name, markers in (("progress.md", STATUS_MARKERS), ("ROADMAP.md", CHECKLIST_MARKERS)):
         text = (REPO / name).read_text()
         assert [text.count(marker) for marker in markers] == [1, 1], name
+
+
+def test_the_repositorys_own_blocks_are_what_a_first_run_expects():
+    # A fresh clone's first `grader run` compares each block with what the grader writes for no
+    # results: a block left stale (a module added without regenerating it) is taken for the
+    # learner's own text, copied aside and warned about on every learner's first run.
+    blocks = _blocks(load_course(REPO), {})
+    for name, markers in (("progress.md", STATUS_MARKERS), ("ROADMAP.md", CHECKLIST_MARKERS)):
+        found = block_of((REPO / name).read_text(encoding="utf-8"), markers)
+        assert found is not None and found.strip() == blocks[name].strip(), (
+            f"{name}'s block is stale: regenerate it from the grader's templates for no results")

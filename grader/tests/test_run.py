@@ -75,7 +75,10 @@ def test_build_progress_goes_to_stderr_with_the_no_gpu_note(built_course):
     stderr = built_course.learner.stderr
     assert stderr.splitlines()[0] == ("note: no NVIDIA GPU visible (nvidia-smi): the checkers "
                                       "will report skipped")
-    assert "configuring build/learner (once)" in stderr and "Linking CXX executable" in stderr
+    assert "Linking CXX executable" in stderr
+    # Issue 11, item 9: the quiet steps say what they are doing (a spinner on a terminal).
+    assert "configuring build/learner (once; CMake takes 10-30 s)\n" in stderr
+    assert "collecting the errors of the targets that did not build\n" in stderr
 
 
 def test_exit_status_is_1_unless_everything_passes(built_course):
@@ -223,3 +226,14 @@ def test_modules_the_emulator_does_not_run_are_skipped_with_the_reason(course):
     assert result.outcome.detail == [
         "not emulated: the CPU emulator runs 06_softmax_norms (COURSE_EMULATED_MODULES in "
         "dev/emu/Emulate.cmake)"]
+
+
+def test_a_quiet_step_shows_a_spinner_with_its_latest_line_on_a_terminal(monkeypatch, capsys):
+    # Issue 11, item 9: on a terminal, a configure shows what CMake is doing while it runs.
+    from grader.activity import StderrLog, activity
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    with activity(StderrLog(), "configuring build/learner") as step:
+        step("-- Detecting CXX compiler ABI info")
+    stderr = capsys.readouterr().err
+    assert "Detecting CXX compiler ABI info" in stderr
+    assert stderr.endswith("configuring build/learner: done\n")

@@ -70,7 +70,8 @@ inline void device_copy(void* dst, const void* src, std::size_t bytes) {
     table().device_copy(dst, src, bytes);
 }
 
-// C = A * B, row-major float32: A is M x K, B is K x N, C is M x N. cuBLAS in plain FP32 (no TF32).
+// C = A * B, row-major float32: A is M x K, B is K x N, C is M x N. cuBLAS in plain FP32: its
+// math mode is set to CUBLAS_DEFAULT_MATH (no TF32, no emulation).
 inline void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C) {
     table().cublas_sgemm(M, N, K, A, B, C);
 }

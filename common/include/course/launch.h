@@ -36,9 +36,11 @@ std::size_t opt_in_shared_bytes(Kernel kernel) {
     return static_cast<std::size_t>(bytes);
 }
 
-// Whether `kernel` can run in clusters here: the GPU launches them, and the kernel's machine code
-// was built for sm_90 or newer (code built for an older architecture, or JIT-compiled from its
-// PTX, sees every cluster as one block: see course/cluster.h).
+// Whether `kernel` can run in clusters here: the GPU launches them, and the kernel's device code
+// was compiled for sm_90 or newer. ptxVersion is the architecture the code was compiled for (its
+// __CUDA_ARCH__ / 10), which is what decides between the cluster and the one-block paths of
+// course/cluster.h; binaryVersion is the GPU's own after a JIT from older PTX, so it would send
+// clusters to code compiled without them.
 template <class Kernel>
 bool clusters_available(Kernel kernel) {
     int device = 0, cluster_launch = 0;
@@ -46,7 +48,7 @@ bool clusters_available(Kernel kernel) {
     CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
     cudaFuncAttributes attributes{};
     CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    return cluster_launch != 0 && attributes.binaryVersion >= 90;
+    return cluster_launch != 0 && attributes.ptxVersion >= 90;
 }
 
 // Launches `kernel` on `grid` blocks of `block` threads, in clusters of `cluster` consecutive

@@ -50,6 +50,7 @@ struct cudaDeviceProp {
 struct cudaFuncAttributes {
     std::size_t sharedSizeBytes;
     int binaryVersion;
+    int ptxVersion;  // what course::clusters_available reads; EMU_SM, as binaryVersion
 };
 struct cudaLaunchAttribute {
     cudaLaunchAttributeID id;
@@ -176,7 +177,7 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 
 template <class Kernel>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel) {
-    *attributes = {0, emu::env_or("EMU_SM", 90)};
+    *attributes = {0, emu::env_or("EMU_SM", 90), emu::env_or("EMU_SM", 90)};
     return cudaSuccess;
 }
 template <class Kernel>
