@@ -67,9 +67,9 @@ void device_copy(void* dst, const void* src, std::size_t bytes) {
 void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C) {
     // cuBLAS is column-major: a row-major C = A * B is the column-major C^T = B^T * A^T.
     const float alpha = 1.0f, beta = 0.0f;
-    cublas_check(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, N, A, K,
-                             &beta, C, N),
-                 "cublasSgemm");
+    cublas_check(
+        cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, N, A, K, &beta, C, N),
+        "cublasSgemm");
 }
 
 void cub_reduce_sum(const float* in, float* out, std::size_t n) {
@@ -97,7 +97,7 @@ void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bi
 extern "C" const course::baseline::Table* course_baselines_table() {
     namespace library = course::baseline::library;
     static const course::baseline::Table table{
-        library::device_copy,       library::cublas_sgemm,      library::cub_reduce_sum,
+        library::device_copy,        library::cublas_sgemm,      library::cub_reduce_sum,
         library::cub_inclusive_scan, library::cub_histogram_256, library::cudnn_available,
         library::cudnn_softmax};
     return &table;

@@ -138,7 +138,7 @@ __global__ void count_differing_kernel(const Word* got, const Word* want, std::s
     }
 }
 
-// One TimedOutput during a time_against: the copy of what the last warm-up call wrote, and the
+// One TimedOutput during a time_against: the copy of what the warm-up calls left, and the
 // check of every timed call against it.
 class OutputCheck {
   public:
@@ -222,8 +222,8 @@ class OutputCheck {
         const DeviceAllocation& a = output_.allocation();
         const std::size_t size = a.element_bytes();
         // Elements of an unusual size were compared byte by byte: `first` is a byte then.
-        const bool per_byte = output_.kind() == TimedOutput::Kind::bits && size != 1 &&
-                              size != 2 && size != 4 && size != 8;
+        const bool per_byte = output_.kind() == TimedOutput::Kind::bits && size != 1 && size != 2 &&
+                              size != 4 && size != 8;
         const std::size_t element = per_byte ? first / size : first;
         // The first differing element, as the call left it.
         std::vector<unsigned char> bytes(size);
@@ -237,8 +237,8 @@ class OutputCheck {
                            (per_byte ? " bytes" : " elements") +
                            " are unlike those the warm-up call wrote, the first at [" +
                            std::to_string(element) + "]";
-        text += poisoned ? ", which still holds the poison the harness put there before the call"
-                         : "";
+        text +=
+            poisoned ? ", which still holds the poison the harness put there before the call" : "";
         return text +
                ". Every timed call must compute its output: does the launcher skip work, "
                "return before its kernels have written, or copy a result it kept from an earlier "
@@ -247,9 +247,12 @@ class OutputCheck {
     // The poison's bytes for this output's element type (course/poison.h).
     std::uint64_t poison_bytes(std::size_t size) const {
         switch (output_.kind()) {
-            case TimedOutput::Kind::float32: return poison_pattern<float>();
-            case TimedOutput::Kind::float64: return poison_pattern<double>();
-            case TimedOutput::Kind::bits: break;
+            case TimedOutput::Kind::float32:
+                return poison_pattern<float>();
+            case TimedOutput::Kind::float64:
+                return poison_pattern<double>();
+            case TimedOutput::Kind::bits:
+                break;
         }
         return size == 1 ? poison_pattern<unsigned char>() : poison_pattern<int>();
     }
@@ -264,12 +267,13 @@ class OutputCheck {
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
                         const std::vector<TimedOutput>& outputs, const BenchOptions& options) {
     std::vector<std::unique_ptr<OutputCheck>> checks;
-    for (const TimedOutput& output : outputs) checks.push_back(std::make_unique<OutputCheck>(output));
-    // The last warm-up call writes the outputs afresh: its result is what every timed call must
-    // reproduce.
-    warm_up(learner, options.warmup - 1);
-    for (auto& check : checks) check->poison();
-    warm_up(learner, 1);
+    for (const TimedOutput& output : outputs)
+        checks.push_back(std::make_unique<OutputCheck>(output));
+    // What the warm-up calls leave is what every timed call must reproduce (the checker verifies
+    // it against its reference afterwards, through the last timed call's output). Not poisoned
+    // before the last warm-up: a launcher that computes once and skips every later call then
+    // leaves a right reference, and the poison of the first timed call gives it away.
+    warm_up(learner, options.warmup);
     for (auto& check : checks) check->keep_reference();
     warm_up(baseline, options.warmup);
 
@@ -358,7 +362,8 @@ void record(const PerfCase& perf) {
         throw std::runtime_error(
             perf.label + ": " + text(perf.value) + " " + perf.metric +
             " is more than this GPU can physically deliver (" + text(ceiling) + " " + perf.metric +
-            ": " + source + "). The timed calls cannot have done the work this case counts: "
+            ": " + source +
+            "). The timed calls cannot have done the work this case counts: "
             "does the launcher skip work, return before its kernels have run, or copy a result "
             "it kept from an earlier call?");
     const double ratio = perf.baseline_value > 0 ? perf.value / perf.baseline_value : 0.0;

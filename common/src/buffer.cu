@@ -130,8 +130,8 @@ void DeviceAllocation::upload(const void* host, std::size_t bytes) {
 
 void DeviceAllocation::download(void* host, std::size_t bytes, std::size_t offset) const {
     // Synchronizes with the default stream, so errors of the code under test surface here.
-    CUDA_CHECK(cudaMemcpy(host, static_cast<const char*>(data()) + offset, bytes,
-                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(host, static_cast<const char*>(data()) + offset, bytes, cudaMemcpyDeviceToHost));
 }
 
 testing::AssertionResult DeviceAllocation::redzones_intact() const {

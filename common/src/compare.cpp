@@ -45,8 +45,9 @@ std::string index_overflow(const detail::Mismatches& m, const CompareOptions& op
                (is_int ? "2^31 = 2147483648" : "2^32 = 4294967296") +
                " is right, and the first wrong one is " + position(m.first_wrong, opt) +
                ": an index or offset computed in 32-bit " + (is_int ? "int" : "unsigned") +
-               " arithmetic overflows there (the largest " + (is_int ? "int is 2^31 - 1" :
-               "unsigned int is 2^32 - 1") + "). Compute indices in std::size_t, and widen "
+               " arithmetic overflows there (the largest " +
+               (is_int ? "int is 2^31 - 1" : "unsigned int is 2^32 - 1") +
+               "). Compute indices in std::size_t, and widen "
                "before multiplying: std::size_t(row) * cols, not row * cols";
     }
     return "";
@@ -119,7 +120,8 @@ std::string explain(const Mismatches& m, const Tolerance& tol, const CompareOpti
         out << "  " << m.never_written << " of them were never written\n";
     }
     if (m.other_nan > 0)
-        out << "  " << m.other_nan << " of them are NaN: did a load read past the end of an input "
+        out << "  " << m.other_nan
+            << " of them are NaN: did a load read past the end of an input "
                "(the harness keeps NaN there), or is there a 0/0, inf - inf or sqrt of a negative "
                "number?\n";
     const bool whole_tail = m.last_wrong == m.total - 1 && m.wrong == m.total - m.first_wrong;
@@ -154,8 +156,7 @@ std::string explain(const Mismatches& m, const Tolerance& tol, const CompareOpti
             << number(e.want) << "\n";
     }
     if (m.wrong > m.examples.size()) out << "  ...\n";
-    out << "  inputs from seed " << run_seed() << ": GRADER_SEED=" << run_seed()
-        << " replays them";
+    out << "  inputs from seed " << run_seed() << ": GRADER_SEED=" << run_seed() << " replays them";
     return out.str();
 }
 

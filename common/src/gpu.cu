@@ -15,9 +15,20 @@ namespace {
 // listed gets no FP32 peak (and its FLOP rates no ceiling).
 int fp32_lanes_per_sm(int sm) {
     switch (sm) {
-        case 70: case 72: case 75: case 80: return 64;
-        case 86: case 87: case 89: case 90: case 100: case 120: return 128;
-        default: return 0;
+        case 70:
+        case 72:
+        case 75:
+        case 80:
+            return 64;
+        case 86:
+        case 87:
+        case 89:
+        case 90:
+        case 100:
+        case 120:
+            return 128;
+        default:
+            return 0;
     }
 }
 

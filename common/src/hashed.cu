@@ -25,9 +25,7 @@ struct Uniform {
 struct UniformInt {
     std::uint64_t seed;
     int lo, hi;
-    __device__ int operator()(std::size_t i) const {
-        return hashed::uniform_int(i, seed, lo, hi);
-    }
+    __device__ int operator()(std::size_t i) const { return hashed::uniform_int(i, seed, lo, hi); }
 };
 struct Byte {
     std::uint64_t seed;

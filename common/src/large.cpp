@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include "course/check.h"
 #include "course/gpu.h"
@@ -25,7 +27,8 @@ std::vector<Window> merged(std::vector<Window> windows) {
     std::vector<Window> out;
     for (const Window& w : windows) {
         if (!out.empty() && w.first <= out.back().first + out.back().count) {
-            const std::size_t end = std::max(out.back().first + out.back().count, w.first + w.count);
+            const std::size_t end =
+                std::max(out.back().first + out.back().count, w.first + w.count);
             out.back().count = end - out.back().first;
         } else {
             out.push_back(w);
@@ -48,13 +51,12 @@ std::vector<Window> windows_past_int_range(std::size_t count, Rng& rng, std::siz
     for (const std::size_t limit : {kTwoTo31, kTwoTo32})
         if (limit < count) windows.push_back(around(limit));
     for (int k = 0; k < random; ++k)
-        windows.push_back(around(static_cast<std::size_t>(
-            rng.uniform_int(0, static_cast<std::int64_t>(count) - 1))));
+        windows.push_back(around(
+            static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(count) - 1))));
     return merged(windows);
 }
 
-std::vector<Window> rows_past_int_range(std::size_t rows, std::size_t cols, Rng& rng,
-                                        int random) {
+std::vector<Window> rows_past_int_range(std::size_t rows, std::size_t cols, Rng& rng, int random) {
     std::vector<std::size_t> picked{0, rows - 1};
     for (const std::size_t limit : {kTwoTo31, kTwoTo32}) {
         if (limit < rows * cols) {
@@ -92,6 +94,17 @@ std::optional<std::string> large_case_skip_reason(std::size_t bytes) {
         return std::string(
             "the cases past 2^31 elements do not run with exact allocations "
             "(COURSE_EXACT_ALLOCATIONS, for compute-sanitizer): they run in every plain run");
+    // A GPU with the memory may have lent it to other processes for a moment (checkers run side
+    // by side: dev/accept.sh): wait for it a little, well inside a checker's timeout, rather than
+    // skip a case the GPU can run.
+    constexpr auto kPoll = std::chrono::milliseconds(500);
+    constexpr int kPolls = 60;  // 30 s
+    std::size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    for (int poll = 0; poll < kPolls && free_bytes < bytes && bytes <= total_bytes; ++poll) {
+        std::this_thread::sleep_for(kPoll);
+        CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    }
     return memory_skip_reason(bytes);
 }
 

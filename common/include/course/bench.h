@@ -42,13 +42,13 @@ TimingStats summarize(std::vector<double> samples_ms);
 struct PairTiming {
     TimingStats learner;
     TimingStats baseline;
-    int checked_calls = 0;   // timed calls whose outputs were checked (TimedOutput)
-    double checking_s = 0;   // host wall time the poisoning and checking took, outside the timing
+    int checked_calls = 0;  // timed calls whose outputs were checked (TimedOutput)
+    double checking_s = 0;  // host wall time the poisoning and checking took, outside the timing
 };
 
 // An output that the code under test must compute again on every timed call. time_against()
 // poisons it before each of the learner's timed calls (outside the timed region) and compares it
-// after the call, on the device, with what the last warm-up call wrote: a launcher that skips
+// after the call, on the device, with what the warm-up calls left there: a launcher that skips
 // work on repeated calls, or returns before its kernel has written, leaves the poison and fails
 // the case ("the timed call #i did not compute ..."). The checker verifies the final output
 // against its CPU reference afterwards, as before: every timed call then computed (within

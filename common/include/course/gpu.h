@@ -11,7 +11,7 @@ struct GpuInfo {
     bool available = false;
     std::string unavailable_reason;  // why not, when !available
     int device = 0;
-    int sm = 0;                      // compute capability as major*10+minor (90 = Hopper)
+    int sm = 0;  // compute capability as major*10+minor (90 = Hopper)
     int multiprocessors = 0;
     std::size_t l2_bytes = 0;
     std::size_t global_memory_bytes = 0;

@@ -105,11 +105,11 @@ class LargeCaseLock {
 
 // The start of a large case: takes the machine's large-case lock for the rest of the test, then
 // skips the test, with the reason recorded for the grader, where the case cannot run.
-#define COURSE_LARGE_CASE(bytes)                                                 \
-    ::course::LargeCaseLock course_large_case_lock;                              \
-    do {                                                                         \
-        if (auto course_reason = ::course::large_case_skip_reason(bytes)) {      \
-            ::testing::Test::RecordProperty("skip_reason", *course_reason);      \
-            GTEST_SKIP() << *course_reason;                                      \
-        }                                                                        \
+#define COURSE_LARGE_CASE(bytes)                                            \
+    ::course::LargeCaseLock course_large_case_lock;                         \
+    do {                                                                    \
+        if (auto course_reason = ::course::large_case_skip_reason(bytes)) { \
+            ::testing::Test::RecordProperty("skip_reason", *course_reason); \
+            GTEST_SKIP() << *course_reason;                                 \
+        }                                                                   \
     } while (0)

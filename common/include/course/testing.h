@@ -20,13 +20,14 @@
 #include "course/random.h"
 
 #ifndef COURSE_MIN_SM
-#error "COURSE_MIN_SM comes from the manifest's min_sm through course_exercise() (cmake/Course.cmake)"
+#error \
+    "COURSE_MIN_SM comes from the manifest's min_sm through course_exercise() (cmake/Course.cmake)"
 #endif
 
 namespace course {
 
 class GpuTest : public testing::Test {
-protected:
+  protected:
     void SetUp() override {
         RecordProperty("seed", std::to_string(run_seed()));
         if (auto reason = gpu_skip_reason(COURSE_MIN_SM)) {

@@ -101,8 +101,10 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, 
     return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
-    *total_bytes = std::size_t(8) << 30;
-    *free_bytes = std::size_t(512) << 20;  // the timing cases (256 MB and more) skip
+    // The timing cases (256 MB and more) and the cases past 2^31 elements skip; a GPU this small
+    // has no memory to wait for (course/large.h).
+    *total_bytes = std::size_t(512) << 20;
+    *free_bytes = *total_bytes;
     return cudaSuccess;
 }
 inline const char* cudaGetErrorName(cudaError_t error) {

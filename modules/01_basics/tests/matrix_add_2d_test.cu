@@ -132,15 +132,14 @@ TEST_F(MatrixAdd2d, MoreThan2To31Elements) {
         std::vector<float> c(w.count);
         for (std::size_t k = 0; k < w.count; ++k) {
             const std::size_t i = w.first + k;
-            c[k] = i % shape.ld < shape.cols
-                       ? course::hashed::uniform(i, seed_a, -1.0f, 1.0f) +
-                             course::hashed::uniform(i, seed_b, -1.0f, 1.0f)
-                       : std::numeric_limits<float>::quiet_NaN();
+            c[k] = i % shape.ld < shape.cols ? course::hashed::uniform(i, seed_a, -1.0f, 1.0f) +
+                                                   course::hashed::uniform(i, seed_b, -1.0f, 1.0f)
+                                             : std::numeric_limits<float>::quiet_NaN();
         }
         return c;
     };
-    EXPECT_TRUE(course::expect_windows_close(d_c, course::windows_past_int_range(count, rng),
-                                             sums, course::Tolerance::float32(),
+    EXPECT_TRUE(course::expect_windows_close(d_c, course::windows_past_int_range(count, rng), sums,
+                                             course::Tolerance::float32(),
                                              {"C (flat index r * ld + c)"}));
 }
 

@@ -109,8 +109,9 @@ TEST_F(SaxpyVec4, MoreThan2To31Elements) {
     // 2^31.
     const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 20) + 6, offset = 1;
     COURSE_LARGE_CASE(2 * (n + offset) * sizeof(float) + (64u << 20));
-    SCOPED_TRACE("n = 2^31 + 2^20 + 6, x and y 1 float past a 16-byte boundary, inputs made on "
-                 "the device");
+    SCOPED_TRACE(
+        "n = 2^31 + 2^20 + 6, x and y 1 float past a 16-byte boundary, inputs made on "
+        "the device");
     auto rng = test_rng();
     const std::uint64_t seed_x = rng.next_u64(), seed_y = rng.next_u64();
     const float a = 1.5f;
@@ -128,7 +129,8 @@ TEST_F(SaxpyVec4, MoreThan2To31Elements) {
         for (std::size_t k = 0; k < w.count; ++k) {
             const std::size_t i = w.first + k;
             const double y0 = course::hashed::uniform(i, seed_y, -1.0f, 1.0f);
-            y[k] = i < offset ? y0 : a * double(course::hashed::uniform(i, seed_x, 0.5f, 1.5f)) + y0;
+            y[k] =
+                i < offset ? y0 : a * double(course::hashed::uniform(i, seed_x, 0.5f, 1.5f)) + y0;
         }
         return y;
     };

@@ -101,7 +101,9 @@ inline std::string diagnose_beyond_int_range(const std::vector<float>& got,
         if (got[b] == want[b]) continue;
         if ((b + 1) * slice <= kTwoTo31) return "";
         return "every partial of a slice below element 2^31 = 2147483648 is right, and the first "
-               "wrong one, partials[" + std::to_string(b) + "], sums the slice that reaches past "
+               "wrong one, partials[" +
+               std::to_string(b) +
+               "], sums the slice that reaches past "
                "it: an element index computed in 32-bit int arithmetic overflows at 2^31. "
                "Compute it in std::size_t (widen blockIdx.x before multiplying)";
     }

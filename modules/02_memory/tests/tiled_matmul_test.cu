@@ -70,9 +70,7 @@ TEST_F(TiledMatmul, Throughput) {
 
     const auto timing = course::time_against(
         [&] { tiled_matmul(d_A.data(), d_B.data(), d_C.data(), n, n, n); },
-        [&] {
-            course::baseline::cublas_sgemm(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data());
-        },
+        [&] { course::baseline::cublas_sgemm(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data()); },
         {course::TimedOutput(d_C, dot_tolerance(n))});
 
     // The timed output must be right too. The full CPU product would take minutes: check whole

@@ -98,8 +98,7 @@ void check_histogram(const std::vector<std::uint8_t>& data) {
     const course::DeviceBuffer<std::uint8_t> d_data("data", data);
     course::DeviceBuffer<unsigned int> bins("bins", 256);  // holds the poison: not zeroed
     histogram_256(d_data.data(), data.size(), bins.data());
-    EXPECT_TRUE(
-        counts_match(bins.download(), course::reference::histogram_256(data), data.size()));
+    EXPECT_TRUE(counts_match(bins.download(), course::reference::histogram_256(data), data.size()));
 }
 
 // 1: one byte; 31/33: around a warp; 255/256/257: around the bin count and a multiple of 16

@@ -303,9 +303,7 @@ void time_square(int n, const char* baseline_name, course::Rng rng) {
 
     const auto timing = course::time_against(
         [&] { sgemm(n, n, n, 1.0f, d_A.data(), d_B.data(), 0.0f, d_C.data()); },
-        [&] {
-            course::baseline::cublas_sgemm(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data());
-        },
+        [&] { course::baseline::cublas_sgemm(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data()); },
         {course::TimedOutput(d_C, tolerance(n))});
 
     const auto lines = sample_lines(n, rng);

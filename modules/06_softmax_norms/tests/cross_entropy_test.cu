@@ -174,7 +174,8 @@ void time_case(int rows, int vocab, course::Rng& rng) {
                           rows, vocab);
         },
         [&] { course::baseline::device_copy(d_copy.data(), d_logits.data(), n * sizeof(float)); },
-        {course::TimedOutput(out.losses, tol.losses), course::TimedOutput(out.dlogits, tol.dlogits)});
+        {course::TimedOutput(out.losses, tol.losses),
+         course::TimedOutput(out.dlogits, tol.dlogits)});
 
     {
         SCOPED_TRACE("the timed run, " + std::to_string(rows) + " x " + std::to_string(vocab));
@@ -241,10 +242,11 @@ TEST_F(CrossEntropy, MoreThan2To31Elements) {
     auto want = course::reference::cross_entropy(sample.logits, sample.targets, sampled, vocab);
     for (double& d : want.dlogits) d *= double(sampled) / rows;
     const auto tol = tolerances(sample.logits, rows, vocab);
-    EXPECT_TRUE(course::expect_windows_close(out.losses, loss_windows, course::consecutive_slices(want.losses),
-                                             tol.losses, {"losses"}));
-    EXPECT_TRUE(course::expect_windows_close(out.dlogits, windows, course::consecutive_slices(want.dlogits),
-                                             tol.dlogits, {"dlogits (flat index row * vocab + c)"}));
+    EXPECT_TRUE(course::expect_windows_close(
+        out.losses, loss_windows, course::consecutive_slices(want.losses), tol.losses, {"losses"}));
+    EXPECT_TRUE(course::expect_windows_close(out.dlogits, windows,
+                                             course::consecutive_slices(want.dlogits), tol.dlogits,
+                                             {"dlogits (flat index row * vocab + c)"}));
 }
 
 }  // namespace

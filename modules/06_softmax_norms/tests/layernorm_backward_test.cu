@@ -286,12 +286,13 @@ TEST_F(LayerNormBackward, MoreThan2To31Elements) {
     // row * cols held in an int overflows (8.6 GB each for x, dy and dx). x and dy are made on the
     // device and repeat every kPeriod rows, so the column sums over all rows are (rows / kPeriod)
     // times a period's plus the first rows % kPeriod rows': the host computes kPeriod rows.
-    constexpr int kPeriod = 7;
+    constexpr int kPeriod = 97;
     const int rows = 524161, cols = 4097;
     const std::size_t n = std::size_t(rows) * cols, period = std::size_t(kPeriod) * cols;
     COURSE_LARGE_CASE(3 * n * sizeof(float) + (64u << 20));
-    SCOPED_TRACE("524161 x 4097 (rows x cols = 2^31 + 3969), x and dy made on the device, "
-                 "repeating every 7 rows");
+    SCOPED_TRACE(
+        "524161 x 4097 (rows x cols = 2^31 + 3969), x and dy made on the device, "
+        "repeating every 97 rows");
     auto rng = test_rng();
     const std::uint64_t seed_x = rng.next_u64(), seed_dy = rng.next_u64();
     // One period of rows on the host, with the forward's statistics.
@@ -301,9 +302,8 @@ TEST_F(LayerNormBackward, MoreThan2To31Elements) {
         one.dy.push_back(course::hashed::uniform(i, seed_dy, -1.0f, 1.0f));
     }
     one.gamma = course::random_floats(cols, 0.5f, 1.5f, rng);
-    const auto forward = course::reference::layernorm(one.x, one.gamma,
-                                                      std::vector<float>(cols, 0.0f), kPeriod,
-                                                      cols, kLayerNormEps);
+    const auto forward = course::reference::layernorm(
+        one.x, one.gamma, std::vector<float>(cols, 0.0f), kPeriod, cols, kLayerNormEps);
     one.mean.assign(forward.mean.begin(), forward.mean.end());
     one.rstd.assign(forward.rstd.begin(), forward.rstd.end());
     std::vector<float> mean(rows), rstd(rows);
@@ -344,7 +344,8 @@ TEST_F(LayerNormBackward, MoreThan2To31Elements) {
         return dx;
     };
     EXPECT_TRUE(course::expect_windows_close(out.dx, course::rows_past_int_range(rows, cols, rng),
-                                             dx_rows, tol.dx, {"dx (flat index row * cols + col)"}));
+                                             dx_rows, tol.dx,
+                                             {"dx (flat index row * cols + col)"}));
     EXPECT_TRUE(course::expect_close(out.dgamma.download(), dgamma, tol.dgamma, {"dgamma"}));
     EXPECT_TRUE(course::expect_close(out.dbeta.download(), dbeta, tol.dbeta, {"dbeta"}));
 }

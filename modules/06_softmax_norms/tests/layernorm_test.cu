@@ -123,7 +123,8 @@ std::string cancellation_diagnosis(Rows kind, const std::vector<float>& got,
     if (kind != Rows::kLargeMean) return "";
     bool large_mean_wrong = false, others_wrong = false;
     for (std::size_t i = 0; i < got.size(); ++i)
-        if (!tol.accepts(got[i], want[i])) (i / per_row % 2 ? large_mean_wrong : others_wrong) = true;
+        if (!tol.accepts(got[i], want[i]))
+            (i / per_row % 2 ? large_mean_wrong : others_wrong) = true;
     if (!large_mean_wrong || others_wrong) return "";
     return "only the rows with a large mean next to their spread are wrong (the odd rows: mean "
            "1e4, spread +-1; the even, random rows are right): a variance computed as "
@@ -280,10 +281,10 @@ TEST_F(LayerNorm, MoreThan2To31Elements) {
         stats_windows.push_back({w.first / cols, w.count / cols});
     }
     const auto e = expected(x, gamma, beta, static_cast<int>(x.size() / cols), cols);
-    EXPECT_TRUE(course::expect_windows_close(out.y, windows, course::consecutive_slices(e.want.y), e.tol.y,
-                                             {"y (flat index row * cols + col)"}));
-    EXPECT_TRUE(course::expect_windows_close(out.rstd, stats_windows, course::consecutive_slices(e.want.rstd),
-                                             e.tol.rstd, {"rstd"}));
+    EXPECT_TRUE(course::expect_windows_close(out.y, windows, course::consecutive_slices(e.want.y),
+                                             e.tol.y, {"y (flat index row * cols + col)"}));
+    EXPECT_TRUE(course::expect_windows_close(
+        out.rstd, stats_windows, course::consecutive_slices(e.want.rstd), e.tol.rstd, {"rstd"}));
 }
 
 }  // namespace

@@ -167,8 +167,8 @@ inline void check_softmax(Softmax softmax, const std::vector<float>& in, std::si
     course::CompareOptions options{"out", course::Matrix{rows, cols}};
     options.diagnose = [&] { return race; };
     if (race.empty()) EXPECT_TRUE(rows_are_distributions(got, rows, cols, tol, "out"));
-    EXPECT_TRUE(course::expect_close(got, course::reference::softmax_rows(in, rows, cols), tol,
-                                     options));
+    EXPECT_TRUE(
+        course::expect_close(got, course::reference::softmax_rows(in, rows, cols), tol, options));
     // A race can stay within the tolerance on both runs: still a bug.
     EXPECT_TRUE(race.empty()) << race;
 }
