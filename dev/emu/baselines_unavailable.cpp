@@ -14,6 +14,9 @@ namespace {
 
 void device_copy(void*, const void*, std::size_t) { unavailable("device_copy"); }
 void cublas_sgemm(int, int, int, const float*, const float*, float*) { unavailable("cublas_sgemm"); }
+void cublas_gemm_bf16(int, int, int, const std::uint16_t*, const std::uint16_t*, float*) {
+    unavailable("cublas_gemm_bf16");
+}
 void cub_reduce_sum(const float*, float*, std::size_t) { unavailable("cub_reduce_sum"); }
 void cub_inclusive_scan(const int*, int*, std::size_t) { unavailable("cub_inclusive_scan"); }
 void cub_histogram_256(const std::uint8_t*, std::size_t, unsigned int*) {

@@ -15,6 +15,12 @@ void device_copy(void* dst, const void* src, std::size_t bytes);
 // math mode is set to CUBLAS_DEFAULT_MATH (no TF32, no emulation).
 void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C);
 
+// C = A * B^T with bf16 A and B and float32 C, accumulated in float32 on the tensor cores: A is
+// M x K and B is N x K, both row-major (K contiguous: the layout cuBLAS calls "TN"), C is M x N
+// row-major. cublasGemmEx with CUBLAS_COMPUTE_32F (the course's tensor-core GEMMs, module 05,
+// compute the same). `A` and `B` point at bf16 elements (__nv_bfloat16), passed as their bits.
+void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, float* C);
+
 // *out = sum of in[0..n), CUB DeviceReduce::Sum.
 void cub_reduce_sum(const float* in, float* out, std::size_t n);
 
