@@ -40,12 +40,12 @@ void expect_covers_once(int rows, int cols, int per_lane, Map map, const std::st
 }
 
 TEST(GemmLayout, MmaFragmentsCoverTheirTilesOnce) {
-    expect_covers_once(16, 16, 8, [](int lane, int i) {
-        return course::mma_a_element(lane, i / 2, i % 2);
-    }, "mma A 16 x 16");
-    expect_covers_once(8, 16, 4, [](int lane, int i) {
-        return course::mma_b_element(lane, i / 2, i % 2);
-    }, "mma B 8 (n) x 16 (k)");
+    expect_covers_once(
+        16, 16, 8, [](int lane, int i) { return course::mma_a_element(lane, i / 2, i % 2); },
+        "mma A 16 x 16");
+    expect_covers_once(
+        8, 16, 4, [](int lane, int i) { return course::mma_b_element(lane, i / 2, i % 2); },
+        "mma B 8 (n) x 16 (k)");
     expect_covers_once(16, 8, 4, course::mma_c_element, "mma C 16 x 8");
     expect_covers_once(8, 8, 2, course::ldmatrix_element, "ldmatrix 8 x 8");
 }
@@ -216,8 +216,8 @@ TEST(GemmLayout, WgmmaKStepIsTheStartAddressPlus32Bytes) {
     for (int step = 0; step < 4; ++step)
         for (int row = 0; row < 64; ++row)
             for (int kk = 0; kk < 16; ++kk) {
-                const std::uint32_t unswizzled = base + 32 * step + (row / 8) * 1024 +
-                                                 (row % 8) * 128 + 2 * kk;
+                const std::uint32_t unswizzled =
+                    base + 32 * step + (row / 8) * 1024 + (row % 8) * 128 + 2 * kk;
                 EXPECT_EQ(swizzle_address_bits(unswizzled),
                           base + 2u * course::swizzled_bf16_offset(row, 16 * step + kk));
             }
@@ -243,11 +243,11 @@ TEST(GemmLayout, WgmmaAccumulatorsCoverTheTileOnce) {
 TEST(GemmLayout, WgmmaDescriptorBits) {
     // Start 0x1400, leading byte offset 16, stride 1024, 128-byte swizzle.
     const std::uint64_t d = course::wgmma_descriptor_k_major_128b(0x1400);
-    EXPECT_EQ(d & 0x3FFF, 0x140u);                // start >> 4
-    EXPECT_EQ((d >> 16) & 0x3FFF, 1u);            // 16 >> 4
-    EXPECT_EQ((d >> 32) & 0x3FFF, 64u);           // 1024 >> 4
-    EXPECT_EQ((d >> 49) & 0x7, 0u);               // base offset: the tile starts on 1024 bytes
-    EXPECT_EQ(d >> 62, 1u);                       // 128-byte swizzle
+    EXPECT_EQ(d & 0x3FFF, 0x140u);       // start >> 4
+    EXPECT_EQ((d >> 16) & 0x3FFF, 1u);   // 16 >> 4
+    EXPECT_EQ((d >> 32) & 0x3FFF, 64u);  // 1024 >> 4
+    EXPECT_EQ((d >> 49) & 0x7, 0u);      // base offset: the tile starts on 1024 bytes
+    EXPECT_EQ(d >> 62, 1u);              // 128-byte swizzle
     EXPECT_EQ(d, 0x4000004000010140ull);
     // A k16 step of 32 bytes adds 2 to the start field and touches nothing else.
     EXPECT_EQ(course::wgmma_descriptor_k_major_128b(0x1400 + 32), d + 2);
@@ -267,8 +267,9 @@ TEST(GemmLayout, TensorMapIsInnermostFirst) {
     EXPECT_NE(course::tensor_map_2d_bf16_problem(aligned + 8, map), nullptr);
     EXPECT_NE(course::tensor_map_2d_bf16_problem(aligned, course::tensor_map_2d_bf16(8, 12, 8, 8)),
               nullptr);  // rows of 24 bytes
-    EXPECT_NE(course::tensor_map_2d_bf16_problem(aligned, course::tensor_map_2d_bf16(8, 128, 8, 128)),
-              nullptr);  // 256-byte box rows: wider than the swizzle
+    EXPECT_NE(
+        course::tensor_map_2d_bf16_problem(aligned, course::tensor_map_2d_bf16(8, 128, 8, 128)),
+        nullptr);  // 256-byte box rows: wider than the swizzle
 }
 
 TEST(GemmLayout, GroupedTileOrderVisitsEveryTileOnce) {

@@ -30,7 +30,7 @@ struct Coord {
     int col = 0;
 };
 
-// ---- mma.sync.aligned.m16n8k16, .bf16 or .f16 inputs, .f32 accumulators -----------------------
+// ---- mma.sync.aligned.m16n8k16, .bf16 or .f16 inputs, .f32 accumulators -------------------------
 // (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type".) A warp's 32 lanes form
 // 8 groups of 4: group = lane / 4 picks the row (of 8), lane % 4 a pair of columns. Each 32-bit
 // register holds two 16-bit elements, `half` 0 in the low bits.
@@ -53,7 +53,7 @@ COURSE_LAYOUT_FN Coord mma_c_element(int lane, int i) {
     return {lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2};
 }
 
-// ---- ldmatrix.sync.aligned.m8n8.x4.b16 ------------------------------------------------------
+// ---- ldmatrix.sync.aligned.m8n8.x4.b16 ----------------------------------------------------------
 // (PTX ISA, "Warp-level matrix load instruction: ldmatrix".) Loads four 8 x 8 matrices of 16-bit
 // elements. Lanes 8j .. 8j + 7 each give the address of one row (16 contiguous bytes) of matrix
 // j; afterwards register j of every lane holds two elements of matrix j:
@@ -100,7 +100,7 @@ COURSE_LAYOUT_FN Coord wgmma_d_element(int thread, int reg) {
     return {16 * (thread / 32) + in_warp.row, 8 * (reg / 4) + in_warp.col};
 }
 
-// ---- The wgmma shared-memory matrix descriptor -------------------------------------------------
+// ---- The wgmma shared-memory matrix descriptor --------------------------------------------------
 // (PTX ISA, "Matrix Descriptor Format".) 64 bits: start address (bits 0-13), leading dimension
 // byte offset (16-29), stride dimension byte offset (32-45), each stored as (x & 0x3FFFF) >> 4;
 // base offset (49-51), 0 when the swizzle pattern starts on its boundary (1024 bytes for 128B);
@@ -115,22 +115,23 @@ COURSE_LAYOUT_FN std::uint64_t wgmma_descriptor(std::uint32_t smem_address,
                                                 std::uint32_t leading_byte_offset,
                                                 std::uint32_t stride_byte_offset,
                                                 WgmmaSwizzle swizzle) {
-    return wgmma_descriptor_field(smem_address) | wgmma_descriptor_field(leading_byte_offset) << 16 |
-           wgmma_descriptor_field(stride_byte_offset) << 32 | static_cast<std::uint64_t>(swizzle)
-                                                                  << 62;
+    return wgmma_descriptor_field(smem_address) |
+           wgmma_descriptor_field(leading_byte_offset) << 16 |
+           wgmma_descriptor_field(stride_byte_offset) << 32 |
+           static_cast<std::uint64_t>(swizzle) << 62;
 }
 
-// A K-major tile of 128-byte rows (64 bf16 of k per row) as TMA writes it with the 128-byte swizzle,
-// starting on a 1024-byte boundary: groups of 8 rows are 1024 bytes apart (the stride dimension
-// byte offset); the leading dimension byte offset is not used by swizzled K-major layouts (the 16 k
-// of one wgmma lie inside a row) and is set to 16 (encoded 1). The k16 step s of the tile starts
-// 32 s bytes into the row: its descriptor is this one with the start address advanced by 32 s
-// (wgmma applies the swizzle to the address bits, so the step needs no swizzle of its own).
+// A K-major tile of 128-byte rows (64 bf16 of k per row) as TMA writes it with the 128-byte
+// swizzle, starting on a 1024-byte boundary: groups of 8 rows are 1024 bytes apart (the stride
+// dimension byte offset); the leading dimension byte offset is not used by swizzled K-major
+// layouts (the 16 k of one wgmma lie inside a row) and is set to 16 (encoded 1). Step s of k16
+// starts 32 * s bytes into the rows: its descriptor is this one with the start address advanced
+// by 32 * s (wgmma swizzles the address bits, so the step needs no swizzle of its own).
 COURSE_LAYOUT_FN std::uint64_t wgmma_descriptor_k_major_128b(std::uint32_t smem_address) {
     return wgmma_descriptor(smem_address, 16, 8 * kSwizzleRowBytes, WgmmaSwizzle::k128B);
 }
 
-// ---- A 2D TMA tensor map of a row-major matrix of 16-bit elements --------------------------------
+// ---- A 2D TMA tensor map of a row-major matrix of 16-bit elements -------------------------------
 // (CUDA driver API, cuTensorMapEncodeTiled.) Dimensions and box are given innermost first: the
 // columns (contiguous), then the rows; the strides of the dimensions past the first, in bytes.
 struct TensorMap2d {
@@ -158,7 +159,7 @@ inline const char* tensor_map_2d_bf16_problem(const void* base, const TensorMap2
     return nullptr;
 }
 
-// ---- The order of output tiles -------------------------------------------------------------------
+// ---- The order of output tiles ------------------------------------------------------------------
 // Block `index` of a 1D grid over tiles_m x tiles_n output tiles: the grid walks down groups of
 // `group_rows` tile rows, one column of the group after another (the last group may have fewer
 // rows). Blocks that run at the same time then share their rows of A and columns of B, which stay
