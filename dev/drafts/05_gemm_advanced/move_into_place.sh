@@ -15,7 +15,8 @@ cd "$root"
 for path in modules/05_gemm_advanced solutions/05_gemm_advanced notes/05_gemm_advanced.md; do
   [ ! -e "$path" ] || { echo "$path exists already" >&2; exit 2; }
 done
-if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+# A git checkout of its own (not a copy that merely lies inside one, like build/verify05-tree).
+if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
   move() { git mv "$1" "$2"; }
   apply() { git apply --index "$1"; }
   remove() { git rm -rq "$1"; }
