@@ -149,7 +149,7 @@ constexpr readable::Config kConfigs[] = {
     {"BM128 BN128 BK16 WM32 WN64", launch_fast<readable::Tiles<128, 128, 16, 32, 64>>},
     {"BM128 BN128 BK16 WM64 WN32", launch_fast<readable::Tiles<128, 128, 16, 64, 32>>},
     {"BM128 BN128 BK8 WM32 WN64", launch_fast<readable::Tiles<128, 128, 8, 32, 64>>},
-    {"BM64 BN128 BK16 WM32 WN64", launch_fast<readable::Tiles<64, 128, 16, 32, 64>>},
+    {"BM128 BN128 BK8 WM64 WN32", launch_fast<readable::Tiles<128, 128, 8, 64, 32>>},
     {"BM128 BN256 BK16 WM64 WN32", launch_fast<readable::Tiles<128, 256, 16, 64, 32>>},
 };
 // The one sgemm() runs: the autotuner's winner on an H100 (README.md).
