@@ -80,9 +80,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
-            hopper::mbarrier_init(&full[s], 1);  // the producer's arrive
-            hopper::mbarrier_init(&empty[s],
-                                  kConsumers * kWarpgroupThreads);  // every consumer thread's
+            // full: the producer's arrive (and the copies' bytes); empty: every consumer thread's.
+            hopper::mbarrier_init(&full[s], 1);
+            hopper::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);
         }
         hopper::fence_barrier_init();
     }
