@@ -117,6 +117,15 @@ function(course_exercise)
   if(NOT architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
     set_target_properties(${base}.checker PROPERTIES CUDA_ARCHITECTURES "${architectures}")
   endif()
+  # The checker loads the baselines library at run time from this path (course/baselines.h): the
+  # executable does not link it, so the exercise's code cannot call what it is measured against.
+  get_target_property(baselines_type course_baselines TYPE)
+  set(load_baselines FALSE)
+  if(baselines_type STREQUAL "SHARED_LIBRARY")
+    set(load_baselines TRUE)
+    target_compile_definitions(${base}.checker PRIVATE
+                               "COURSE_BASELINES_LIBRARY=\"$<TARGET_FILE:course_baselines>\"")
+  endif()
 
   foreach(variant IN LISTS COURSE_VARIANTS)
     if(variant STREQUAL "emulated")
@@ -146,10 +155,14 @@ function(course_exercise)
     endif()
     add_executable(${target} "${source}" $<TARGET_OBJECTS:${base}.checker>)
     target_include_directories(${target} PRIVATE "${module_dir}")
-    # course::exercise is all a stub may use; the harness and the baselines are the checker's.
-    target_link_libraries(${target} PRIVATE course::exercise course::harness course::baselines)
+    # course::exercise is all a stub may use; the harness is the checker's, and the baselines
+    # are loaded by the checker (dlopen: CMAKE_DL_LIBS), never linked.
+    target_link_libraries(${target} PRIVATE course::exercise course::harness ${CMAKE_DL_LIBS})
     if(NOT architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
       set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${architectures}")
+    endif()
+    if(load_baselines)
+      add_dependencies(${target} course_baselines)
     endif()
     set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
     add_test(NAME ${target} COMMAND ${target} --gtest_color=no)

@@ -5,11 +5,14 @@
 # then every planted bug of the selection, one copy of the tree per exercise, the copies in
 # parallel.
 #
-#   dev/accept.sh SELECTOR... [--no-mutants]
-#     SELECTOR  as for `grader run`: all, a module (06) or an exercise (06/layernorm); several
-#               selectors (01 02 03) share one batch of parallel copies
-#   OUT=dir     where solutions.txt, oldest-arch.txt, stubs.txt and mutants.txt go
-#               (default build/accept)
+#   dev/accept.sh SELECTOR... [--no-mutants] [--memcheck]
+#     SELECTOR    as for `grader run`: all, a module (06) or an exercise (06/layernorm); several
+#                 selectors (01 02 03) share one batch of parallel copies
+#     --memcheck  also run every reference (readable and fast) of the selection under
+#                 compute-sanitizer's memcheck, exact allocations, its correctness cases only,
+#                 eight at a time (what `grader check` does on a GPU): memcheck.txt
+#   OUT=dir       where solutions.txt, oldest-arch.txt, stubs.txt, mutants.txt (and memcheck.txt)
+#                 go (default build/accept)
 #
 # Sequential, `grader check --mutants` for module 06 takes about 15 minutes (40 bugs, a build and a
 # checker run each), longer than one device command may run; eight copies side by side take a
@@ -19,9 +22,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
-selectors=() mutants=yes
+selectors=() mutants=yes memcheck=no
 for argument in "$@"; do
-  if [ "$argument" = --no-mutants ]; then mutants=no; else selectors+=("$argument"); fi
+  case "$argument" in
+    --no-mutants) mutants=no ;;
+    --memcheck) memcheck=yes ;;
+    *) selectors+=("$argument") ;;
+  esac
 done
 out=${OUT:-build/accept}
 mkdir -p "$out"
@@ -37,13 +44,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 : > "$out/solutions.txt"
 : > "$out/oldest-arch.txt"
 : > "$out/stubs.txt"
+: > "$out/checking.txt"
 # What a configure without a GPU makes (sm_75, the course's oldest), run on this GPU from PTX: the
 # host must take the paths the device code was compiled for (course::clusters_available).
 oldest=build/accept-oldest-arch
 rm -rf "$oldest" && mkdir -p "$oldest"
 tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$oldest"
 for selector in "${selectors[@]}"; do
-  python3 -m grader run "$selector" --solutions >> "$out/solutions.txt" 2>&1 || status=1
+  COURSE_CHECKING_LOG=$(cd "$out" && pwd)/checking.txt \
+    python3 -m grader run "$selector" --solutions >> "$out/solutions.txt" 2>&1 || status=1
   # A judged target not met is a failure too (`grader run` passes it with "not met").
   grep -qE '^\S+.* not met \(>=' "$out/solutions.txt" && status=1
   (cd "$oldest" && CUDAARCHS=75 python3 -m grader run "$selector" --solutions) \
@@ -52,6 +61,35 @@ for selector in "${selectors[@]}"; do
   python3 -m grader run "$selector" >> "$out/stubs.txt" 2>&1
 done
 grep -qE '^\S+ +(pass|fail|build error|crash|timeout) ' "$out/stubs.txt" && status=1
+
+if [ "$memcheck" = yes ]; then
+  # Each reference of the selection under memcheck (the timed cases left out, as the results of
+  # the run above name them), eight processes at a time, one line each in memcheck.txt; in the
+  # background, beside the planted bugs' copies (it reads only the trees of this folder).
+  python3 - "${selectors[@]}" > "$out/memcheck.txt" 2> "$out/memcheck.log" <<'EOF' &
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from grader.build import BuildTree
+from grader.cases import checker_cases
+from grader.course import load_course, select
+from grader.results import FAST, SOLUTION
+from grader.sanitize import describe, memcheck_summary
+course = load_course(Path.cwd())
+log = lambda line: print(line, file=sys.stderr)
+selected = list(dict.fromkeys(e for s in sys.argv[1:] for e in select(course, s)))
+jobs = [(BuildTree.standard(course, variant), exercise) for variant in (SOLUTION, FAST)
+        for exercise in selected if variant == SOLUTION or exercise.fast_solution]
+def one(job):
+    tree, exercise = job
+    timed = [case.test for case in checker_cases(tree, exercise, log).timed]
+    summary = memcheck_summary(tree, exercise, timed, log)
+    return f"memcheck {exercise.key} ({tree.variant}): {describe(summary)}"
+with ThreadPoolExecutor(8) as pool:
+    for line in pool.map(one, jobs):
+        print(line, flush=True)
+EOF
+fi
 
 if [ "$mutants" = yes ]; then
   # The exercises of the selection that have planted bugs, as module/exercise, found by the
@@ -84,11 +122,18 @@ EOF
     [ "$(cat "$copy/check.rc")" = 0 ] || status=1
   done
 fi
+wait  # the memcheck pass
+[ "$memcheck" = yes ] && grep -qvE ': 0 errors$' "$out/memcheck.txt" && status=1
 
 # The tables, without the build's progress lines.
 grep -avE '^\[[0-9]+/[0-9]+\]|^ninja: |^configuring |^collecting ' "$out/solutions.txt" \
   "$out/oldest-arch.txt" "$out/stubs.txt" |
   sed -E 's/^[^:]*\.txt://'
+# What checking every timed call cost the solutions' run (course/bench.h).
+awk '{calls += $(NF - 5); seconds += substr($(NF - 1), 2)}
+     END {if (NR) printf "timed calls checked: %d in %d timed cases, +%.1f s in all\n", calls, NR, seconds}' \
+  "$out/checking.txt"
+[ "$memcheck" = yes ] && cat "$out/memcheck.txt"
 if [ "$mutants" = yes ]; then
   # One line per planted bug: its name, what was expected, and whether the checker caught it.
   grep -aE '^ [0-9]{2}_[a-z0-9_]+/[a-z0-9_]+:|^== |course OK|problem' "$out/mutants.txt" |

@@ -1,4 +1,5 @@
 """`grader check`: is the course itself healthy? Every problem found, one line each."""
+import shutil
 from pathlib import Path
 
 from grader.build import BuildTree, Log, forbidden_includes
@@ -7,6 +8,7 @@ from grader.errors import UserError
 from grader.grading import build_exercises, grade
 from grader.manifest import Exercise, read_module
 from grader.results import FAST, LEARNER, PASS, SOLUTION, TODO, Result
+from grader.sanitize import describe, memcheck_summary
 
 STUB_MARKERS = ("TODO", "COURSE_TODO")
 VARIANT_NAMES = {LEARNER: "learner", SOLUTION: "solution", FAST: "fast solution"}
@@ -53,7 +55,8 @@ def _stub_problems(course: Course, exercise: Exercise, stub: str) -> list[str]:
 def build_problems(course: Course, exercises: list[Exercise], log: Log,
                    run_checkers: bool) -> list[str]:
     """Builds every variant (the fast one for the exercises that have a fast reference); with a
-    GPU, runs them: stubs must say todo, solutions pass, the judged one meets the target."""
+    GPU, runs them: stubs must say todo, solutions pass, the judged one meets the target, and
+    memcheck finds nothing in the solutions' correctness cases."""
     problems = []
     for variant in (LEARNER, SOLUTION, FAST):
         tree = BuildTree.standard(course, variant)
@@ -62,8 +65,10 @@ def build_problems(course: Course, exercises: list[Exercise], log: Log,
         if not selected:
             continue
         if run_checkers:
-            problems += [problem for result in grade(tree, selected, log)
-                         for problem in _result_problems(result)]
+            results = grade(tree, selected, log)
+            problems += [problem for result in results for problem in _result_problems(result)]
+            if variant != LEARNER:
+                problems += memcheck_problems(tree, results, log)
         else:
             not_built = build_exercises(tree, selected, log)
             problems += [f"{exercise.key}: the {VARIANT_NAMES[variant]} does not build: "
@@ -82,6 +87,25 @@ def _result_problems(result: Result) -> list[str]:
         return [f"{key}: the {variant} reaches {ratios} of {result.exercise.baseline}, below its "
                 f"target of {result.exercise.target:.0%}"]
     return []
+
+
+def memcheck_problems(tree: BuildTree, results: list[Result], log: Log) -> list[str]:
+    """compute-sanitizer's memcheck over the correctness cases of the references that passed,
+    their buffers allocated exactly (COURSE_EXACT_ALLOCATIONS): an access past the end of a buffer
+    whose value no output shows. Skipped, with a note, where compute-sanitizer is missing."""
+    if shutil.which("compute-sanitizer") is None:
+        log("note: compute-sanitizer not found: the solutions are not checked under memcheck")
+        return []
+    problems = []
+    for result in results:
+        if result.status != PASS:
+            continue
+        summary = memcheck_summary(tree, result.exercise,
+                                   [case.test for case in result.outcome.perf], log)
+        if summary.errors != 0:
+            problems.append(f"{result.exercise.key}: the {VARIANT_NAMES[result.variant]} under "
+                            f"memcheck: {describe(summary)}")
+    return problems
 
 
 def _first(detail: list[str]) -> str:

@@ -20,6 +20,10 @@ GTEST_EXCEPTION = re.compile(r'C\+\+ exception with description "(.*)" thrown in
 GTEST_PREDICATE = re.compile(r"^Value of: [^\n]*\n  Actual: false \((.*)\)\nExpected: true$",
                              re.S | re.M)
 GTEST_BANNERS = ("[----------]", "[==========]")
+# The SCOPED_TRACE lines GoogleTest appends to a failure ("file:line: n = 1009"): which case
+# failed. They go up front, where the grader's first lines show them.
+GTEST_TRACE = re.compile(r"\nGoogle Test trace:\n(.*)$", re.S)
+TRACE_LINE = re.compile(r"^\S+:\d+: ")
 FORGED = ("its report did not come from the harness (it lacks this run's nonce): the exercise's "
           "code wrote or replaced the checker's report, which is never a pass")
 PERF_NUMBERS = ("value", "baseline_value", "ratio", "median_ms", "min_ms", "spread_pct",
@@ -97,12 +101,23 @@ def perf_case(test: dict) -> PerfCase:
 
 
 def clean_message(message: str) -> str:
-    """The failure text a learner should read: the harness's own words, without the tags."""
+    """The failure text a learner should read: the harness's own words, without the tags, the
+    failed case first."""
     match = GTEST_EXCEPTION.search(message)
     text = match.group(1) if match else GTEST_PREDICATE.sub(r"\1", message)
     for tag, _ in TAGGED_STATUSES:
         text = text.replace(f"{tag} ", "").replace(tag, "")
-    return text.strip()
+    return _case_first(text.strip())
+
+
+def _case_first(text: str) -> str:
+    """`text` with its GoogleTest trace (the case that failed) moved after the location line."""
+    trace = GTEST_TRACE.search(text)
+    if not trace:
+        return text
+    cases = [TRACE_LINE.sub("", line).strip() for line in trace[1].splitlines() if line.strip()]
+    location, _, rest = text[:trace.start()].partition("\n")
+    return "\n".join([location, f"case: {'; '.join(cases)}", rest]).strip()
 
 
 def first_lines(text: str, limit: int = MAX_DETAIL_LINES) -> list[str]:

@@ -1,8 +1,9 @@
 """Grading a selection: configure once, refuse forbidden stubs, build, run each checker."""
-from grader.build import (BuildTree, Log, build, configure, emulated_modules, forbidden_includes,
-                          not_emulated, tree_lock)
+from grader.build import (BuildTree, Log, build, configure, emulated_modules, not_emulated,
+                          tree_lock)
 from grader.classify import classify
 from grader.course import Course
+from grader.library_ban import refused_header
 from grader.manifest import Exercise
 from grader.results import BUILD_ERROR, EMULATED, FAST, LEARNER, SKIPPED, SOLUTION, Outcome, Result
 from grader.runner import run_checker
@@ -33,12 +34,15 @@ def build_exercises(tree: BuildTree, exercises: list[Exercise],
     with tree_lock(tree, log):
         configure(tree, log)
         not_built = _missing(tree, exercises)
-        if tree.variant == LEARNER:
-            not_built |= _refused(tree, exercises)
         if tree.variant == EMULATED:
             not_built |= _not_emulated(tree, exercises)
         failures = build(tree, [tree.target(exercise) for exercise in exercises
                                 if exercise not in not_built], log)
+        # The library ban needs the compiler's dependency list: after the build, before a run.
+        if tree.variant == LEARNER:
+            not_built |= _refused(tree, [exercise for exercise in exercises
+                                         if exercise not in not_built
+                                         and tree.target(exercise) not in failures])
     for exercise in exercises:
         failure = failures.get(tree.target(exercise))
         if failure:
@@ -60,16 +64,16 @@ def _missing(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outco
 
 
 def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
-    """The learner files that include what they are measured against, refused unbuilt."""
+    """The built learner files whose compilation read a header of what they are measured against
+    (grader/library_ban.py), refused: built, never run."""
     refused = {}
     for exercise in exercises:
-        stub = tree.course.stub(exercise)
-        headers = (forbidden_includes(stub.read_text(encoding="utf-8", errors="replace"))
-                   if stub.is_file() else [])
-        if headers:
+        header = refused_header(tree, exercise)
+        if header:
+            stub = tree.course.relative(tree.course.stub(exercise))
             refused[exercise] = Outcome(BUILD_ERROR, [
-                f"refused: {tree.course.relative(stub)} includes <{headers[0]}>; an exercise may "
-                "not call the library it is measured against"])
+                f"refused: {stub} includes <{header}>; an exercise may not call the library it "
+                "is measured against"])
     return refused
 
 

@@ -9,7 +9,8 @@ from grader.build import BuildTree, Log, configure, not_emulated
 from grader.course import Course
 from grader.grading import grade
 from grader.manifest import Exercise, tomllib
-from grader.results import CRASH, EMULATED, FAIL, FAST, SOLUTION, TIMEOUT
+from grader.results import CRASH, EMULATED, FAIL, FAST, PASS, SOLUTION, TIMEOUT, Result
+from grader.sanitize import describe, memcheck_summary
 
 MUTANTS_FILE = "mutants.toml"
 # The planted bugs of the readable solutions, and of the fast references (the `fast` variant).
@@ -19,7 +20,7 @@ MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
 # timeout_s in the exercise's manifest entry, which the mutant's run uses.
 EXPECTABLE = (FAIL, CRASH, TIMEOUT)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
-OPTIONAL_MUTANT_KEYS = {"fast": bool}
+OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "gpu_only": str}
 LOCATION = re.compile(r"^\S+:\d+$")
 
 
@@ -36,6 +37,16 @@ class Mutant:
     expect: str
     message: str
     fast: bool = False  # planted in the exercise's fast reference, not its readable solution
+    # Caught by compute-sanitizer's memcheck, with exact allocations (an access past the end
+    # whose value is never used: the output stays right), as `grader sanitize` shows it.
+    memcheck: bool = False
+    # Why only a GPU catches it (the CPU emulator runs threads in a fixed order, has 512 MB and
+    # skips the timed cases): "a race", "a case past 2^31 elements", "a timed case".
+    gpu_only: str = ""
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.fast or self.memcheck or bool(self.gpu_only)
 
     @property
     def label(self) -> str:
@@ -90,15 +101,18 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
                             "string")
         elif unknown := entry.keys() - {*MUTANT_KEYS, *OPTIONAL_MUTANT_KEYS}:
             problems.append(f"{where}: unknown key {', '.join(sorted(unknown))}")
-        elif not isinstance(entry.get("fast", False), bool):
-            problems.append(f"{where}: fast must be true or false")
+        elif bad := [key for key, kind in OPTIONAL_MUTANT_KEYS.items()
+                     if key in entry and not isinstance(entry[key], kind)]:
+            problems.append(f"{where}: {bad[0]} must be "
+                            f"{'true or false' if OPTIONAL_MUTANT_KEYS[bad[0]] is bool else 'a text'}")
         elif entry.get("fast") and not exercises_by_id[entry["exercise"]].fast_solution:
             problems.append(f"{where}: fast = true, but '{entry['exercise']}' has no "
                             "fast_solution in its manifest")
         else:
             mutants.append(Mutant(exercises_by_id[entry["exercise"]], entry["name"],
                                   *entry["replace"], entry["expect"], entry["message"],
-                                  entry.get("fast", False)))
+                                  entry.get("fast", False), entry.get("memcheck", False),
+                                  entry.get("gpu_only", "")))
     return mutants, problems
 
 
@@ -165,10 +179,10 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
                              defines=(f"-DCOURSE_SOLUTIONS_DIR={sources}",))
              for kind in ((EMULATED,) if variant == EMULATED else (SOLUTION, FAST))}
     if variant == EMULATED:
-        if any(mutant.fast for mutant in mutants):
+        if any(mutant.needs_gpu for mutant in mutants):
             log("the emulated run takes the readable solutions' planted bugs only; those of the "
-                "fast references run on a GPU")
-        mutants = [mutant for mutant in mutants if not mutant.fast]
+                "fast references run on a GPU, as do those marked memcheck or gpu_only")
+        mutants = [mutant for mutant in mutants if not mutant.needs_gpu]
         configure(trees[EMULATED], log)
         skipped = not_emulated(trees[EMULATED], [mutant.exercise for mutant in mutants])
         if skipped:
@@ -185,11 +199,23 @@ def _run_one(tree: BuildTree, sources: Path, mutant: Mutant, log: Log) -> Mutant
     try:
         with mutated(path, mutant):
             [result] = grade(tree, [mutant.exercise], log)
+            status, text = result.status, "\n".join(result.outcome.detail)
+            if mutant.memcheck and status == PASS:
+                status, text = _memcheck(tree, result, log)
     except BrokenMutant as error:
         return MutantOutcome(mutant.label, expected, f"broken mutant: {error}", ok=False)
-    text = "\n".join(result.outcome.failures + result.outcome.detail)
-    return MutantOutcome(mutant.label, expected, f"{result.status}: {_gist(text, mutant.message)}",
-                         ok=result.status == mutant.expect and mutant.message in text)
+    # What the learner is shown (the detail lines under the table's row), not the full output:
+    # a diagnosis that only --verbose would show does not count.
+    return MutantOutcome(mutant.label, expected, f"{status}: {_gist(text, mutant.message)}",
+                         ok=status == mutant.expect and mutant.message in text)
+
+
+def _memcheck(tree: BuildTree, result: Result, log: Log) -> tuple[str, str]:
+    """The exercise's correctness cases under memcheck, as `grader sanitize` runs them: "fail"
+    and its line when memcheck reports an error."""
+    summary = memcheck_summary(tree, result.exercise, [case.test for case in result.outcome.perf],
+                               log)
+    return (FAIL if summary.errors else PASS), f"memcheck: {describe(summary)}"
 
 
 def _gist(text: str, message: str) -> str:

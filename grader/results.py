@@ -62,7 +62,7 @@ class Outcome:
     status: str
     detail: list[str] = field(default_factory=list)
     perf: list[PerfCase] = field(default_factory=list)
-    # Every failure message, cleaned: planted bugs are matched against all of them.
+    # Every failure message, cleaned (--verbose and the JSON show them).
     failures: list[str] = field(default_factory=list)
     # The full compiler or checker output, for --verbose.
     output: str = ""

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.build import Log
+from grader.build import BuildTree, Log
 from grader.cases import built_tree, checker_cases
 from grader.course import Course
 from grader.manifest import Exercise
@@ -133,25 +133,37 @@ def sanitize(course: Course, exercise: Exercise, variant: str, tools: tuple[str,
     sanitizer = require_toolkit_program("compute-sanitizer", "compute-sanitizer")
     tree = built_tree(course, exercise, variant, log)
     timed = [case.test for case in checker_cases(tree, exercise, log).timed]
+    summaries = [run_tool(sanitizer, tool, tree, exercise, timed, log) for tool in tools]
+    return SanitizeRun(exercise, variant, timed, summaries, tree.path / LOGS_DIR)
+
+
+def memcheck_summary(tree: BuildTree, exercise: Exercise, timed_tests: list[str],
+                     log: Log) -> ToolSummary:
+    """memcheck over `exercise`'s built checker in `tree`, all but its timed tests (`grader check`
+    runs it on the solutions, the mutant runner on the planted bugs that only it can see)."""
+    sanitizer = require_toolkit_program("compute-sanitizer", "compute-sanitizer")
+    return run_tool(sanitizer, "memcheck", tree, exercise, timed_tests, log)
+
+
+def run_tool(sanitizer: str, tool: str, tree: BuildTree, exercise: Exercise,
+             timed_tests: list[str], log: Log) -> ToolSummary:
+    """One tool over the checker, with exact allocations; its log kept in build/<tree>/sanitize."""
     logs = tree.path / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, **EXACT_ALLOCATIONS_ENV}
-    summaries = []
-    for tool in tools:
-        log(f"compute-sanitizer --tool {tool}: {exercise.key}")
-        command = [str(part) for part in sanitizer_command(sanitizer, tool,
-                                                           tree.executable(exercise), timed)]
-        try:
-            run = subprocess.run(command, cwd=tree.path, capture_output=True, text=True,
-                                 errors="replace", env=environment,
-                                 timeout=SLOWDOWN * exercise.timeout_s)
-            output = run.stdout + run.stderr
-        except subprocess.TimeoutExpired as timeout:
-            output = _text(timeout.stdout) + _text(timeout.stderr)
-            output += f"\n(killed after {SLOWDOWN * exercise.timeout_s:g} s)\n"
-        (logs / f"{tree.target(exercise)}.{tool}.log").write_text(output, encoding="utf-8")
-        summaries.append(summarize_output(tool, output))
-    return SanitizeRun(exercise, variant, timed, summaries, logs)
+    log(f"compute-sanitizer --tool {tool}: {exercise.key}")
+    command = [str(part) for part in sanitizer_command(sanitizer, tool, tree.executable(exercise),
+                                                       timed_tests)]
+    try:
+        run = subprocess.run(command, cwd=tree.path, capture_output=True, text=True,
+                             errors="replace", env=environment,
+                             timeout=SLOWDOWN * exercise.timeout_s)
+        output = run.stdout + run.stderr
+    except subprocess.TimeoutExpired as timeout:
+        output = _text(timeout.stdout) + _text(timeout.stderr)
+        output += f"\n(killed after {SLOWDOWN * exercise.timeout_s:g} s)\n"
+    (logs / f"{tree.target(exercise)}.{tool}.log").write_text(output, encoding="utf-8")
+    return summarize_output(tool, output)
 
 
 def _text(captured: str | bytes | None) -> str:

@@ -1,6 +1,7 @@
-// The baselines of course/baselines.h. Library handles and scratch space are created once and
-// kept, so that warm-up pays for them and timed samples measure only the operation.
-#include "course/baselines.h"
+// The baselines of course/baselines.h, and the library's one entry point: the table of them that
+// course/baselines.h looks up. Library handles and scratch space are created once and kept, so
+// that warm-up pays for them and timed samples measure only the operation.
+#include "library.h"
 
 #include <cublas_v2.h>
 
@@ -10,9 +11,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "course/baseline_table.h"
 #include "course/check.h"
 
-namespace course::baseline {
+namespace course::baseline::library {
 
 namespace {
 
@@ -65,9 +67,9 @@ void device_copy(void* dst, const void* src, std::size_t bytes) {
 void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C) {
     // cuBLAS is column-major: a row-major C = A * B is the column-major C^T = B^T * A^T.
     const float alpha = 1.0f, beta = 0.0f;
-    cublas_check(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, N, A, K,
-                             &beta, C, N),
-                 "cublasSgemm");
+    cublas_check(
+        cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, N, A, K, &beta, C, N),
+        "cublasSgemm");
 }
 
 void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
@@ -100,4 +102,14 @@ void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bi
     });
 }
 
-}  // namespace course::baseline
+}  // namespace course::baseline::library
+
+// The entry point course/baselines.h looks up by name (kTableSymbol).
+extern "C" const course::baseline::Table* course_baselines_table() {
+    namespace library = course::baseline::library;
+    static const course::baseline::Table table{
+        library::device_copy,        library::cublas_sgemm,      library::cub_reduce_sum,
+        library::cub_inclusive_scan, library::cub_histogram_256, library::cudnn_available,
+        library::cudnn_softmax,      library::cublas_gemm_bf16};
+    return &table;
+}

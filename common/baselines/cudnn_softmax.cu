@@ -4,13 +4,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "course/baselines.h"
+#include "library.h"
 
 #if COURSE_HAVE_CUDNN
 #include <cudnn.h>
 #endif
 
-namespace course::baseline {
+namespace course::baseline::library {
 
 #if COURSE_HAVE_CUDNN
 
@@ -56,7 +56,8 @@ cudnnTensorDescriptor_t matrix_descriptor(int rows, int cols) {
 bool cudnn_available() { return cudnn() != nullptr; }
 
 void cudnn_softmax(const float* in, float* out, int rows, int cols) {
-    if (!cudnn_available()) throw std::runtime_error("cudnn_softmax: no cuDNN handle on this machine");
+    if (!cudnn_available())
+        throw std::runtime_error("cudnn_softmax: no cuDNN handle on this machine");
     const cudnnTensorDescriptor_t matrix = matrix_descriptor(rows, cols);
     const float alpha = 1.0f, beta = 0.0f;  // out = alpha * softmax(in) + beta * out
     // ACCURATE subtracts the row maximum before exponentiating, as the exercises do.
@@ -70,9 +71,10 @@ void cudnn_softmax(const float* in, float* out, int rows, int cols) {
 bool cudnn_available() { return false; }
 
 void cudnn_softmax(const float*, float*, int, int) {
-    throw std::runtime_error("cudnn_softmax: the course was built without cuDNN (set COURSE_CUDNN_ROOT)");
+    throw std::runtime_error(
+        "cudnn_softmax: the course was built without cuDNN (set COURSE_CUDNN_ROOT)");
 }
 
 #endif
 
-}  // namespace course::baseline
+}  // namespace course::baseline::library

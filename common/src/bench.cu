@@ -3,7 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <utility>
 
 #include "course/check.h"
 #include "course/gpu.h"
@@ -84,12 +92,211 @@ void warm_up(const std::function<void()>& run, int calls) {
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+constexpr unsigned long long kNone = ~0ull;
+
+// result[0] += the elements of `got` that `want` does not accept, result[1] = min(the first such
+// index). The acceptance is Tolerance::accepts, element for element.
+template <class F>
+__global__ void count_outside_tolerance_kernel(const F* got, const F* want, std::size_t count,
+                                               double atol, double rtol,
+                                               unsigned long long* result) {
+    unsigned long long wrong = 0, first = kNone;
+    const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += stride) {
+        const double g = got[i], w = want[i];
+        const bool accepted = std::isnan(w)   ? std::isnan(g)
+                              : std::isinf(w) ? g == w
+                                              : std::fabs(g - w) <= atol + rtol * std::fabs(w);
+        if (!accepted) {
+            ++wrong;
+            if (first == kNone) first = i;
+        }
+    }
+    if (wrong > 0) {
+        atomicAdd(&result[0], wrong);
+        atomicMin(&result[1], first);
+    }
+}
+
+// The same for elements compared bit for bit, `Word` being an unsigned type of their size.
+template <class Word>
+__global__ void count_differing_kernel(const Word* got, const Word* want, std::size_t count,
+                                       unsigned long long* result) {
+    unsigned long long wrong = 0, first = kNone;
+    const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += stride) {
+        if (got[i] != want[i]) {
+            ++wrong;
+            if (first == kNone) first = i;
+        }
+    }
+    if (wrong > 0) {
+        atomicAdd(&result[0], wrong);
+        atomicMin(&result[1], first);
+    }
+}
+
+// One TimedOutput during a time_against: the copy of what the warm-up calls left, and the
+// check of every timed call against it.
+class OutputCheck {
+  public:
+    explicit OutputCheck(const TimedOutput& output) : output_(output) {
+        const DeviceAllocation& a = output.allocation();
+        CUDA_CHECK(cudaMalloc(&reference_, a.bytes() == 0 ? 1 : a.bytes()));
+        CUDA_CHECK(cudaMalloc(&result_, 2 * sizeof(unsigned long long)));
+    }
+    ~OutputCheck() {
+        cudaFree(reference_);
+        cudaFree(result_);
+    }
+    OutputCheck(const OutputCheck&) = delete;
+    OutputCheck& operator=(const OutputCheck&) = delete;
+
+    void poison() { output_.allocation().poison(); }
+    void keep_reference() {
+        const DeviceAllocation& a = output_.allocation();
+        CUDA_CHECK(cudaMemcpy(reference_, a.data(), a.bytes(), cudaMemcpyDeviceToDevice));
+    }
+    // "" when the output matches the reference, else what is wrong (for timed call #call).
+    std::string check(int call) {
+        const DeviceAllocation& a = output_.allocation();
+        const unsigned long long initial[2] = {0, kNone};
+        CUDA_CHECK(cudaMemcpy(result_, initial, sizeof initial, cudaMemcpyHostToDevice));
+        const std::size_t count = a.bytes() / a.element_bytes();
+        const int threads = 256;
+        const int blocks = static_cast<int>(
+            std::min<std::size_t>(ceil_div(std::max<std::size_t>(count, 1), threads),
+                                  static_cast<std::size_t>(gpu().multiprocessors) * 8));
+        const Tolerance& tol = output_.tolerance();
+        switch (output_.kind()) {
+            case TimedOutput::Kind::float32:
+                count_outside_tolerance_kernel<float><<<blocks, threads>>>(
+                    static_cast<const float*>(a.data()), static_cast<const float*>(reference_),
+                    count, tol.atol, tol.rtol, result_);
+                break;
+            case TimedOutput::Kind::float64:
+                count_outside_tolerance_kernel<double><<<blocks, threads>>>(
+                    static_cast<const double*>(a.data()), static_cast<const double*>(reference_),
+                    count, tol.atol, tol.rtol, result_);
+                break;
+            case TimedOutput::Kind::bits:
+                launch_bitwise(a, blocks, threads);
+                break;
+        }
+        CUDA_CHECK_LAUNCH();
+        unsigned long long result[2];
+        CUDA_CHECK(cudaMemcpy(result, result_, sizeof result, cudaMemcpyDeviceToHost));
+        return result[0] == 0 ? "" : describe(call, result[0], count, result[1]);
+    }
+
+  private:
+    void launch_bitwise(const DeviceAllocation& a, int blocks, int threads) {
+        const void* got = a.data();
+        switch (a.element_bytes()) {
+            case 2:
+                count_differing_kernel<std::uint16_t><<<blocks, threads>>>(
+                    static_cast<const std::uint16_t*>(got),
+                    static_cast<const std::uint16_t*>(reference_), a.bytes() / 2, result_);
+                return;
+            case 4:
+                count_differing_kernel<std::uint32_t><<<blocks, threads>>>(
+                    static_cast<const std::uint32_t*>(got),
+                    static_cast<const std::uint32_t*>(reference_), a.bytes() / 4, result_);
+                return;
+            case 8:
+                count_differing_kernel<std::uint64_t><<<blocks, threads>>>(
+                    static_cast<const std::uint64_t*>(got),
+                    static_cast<const std::uint64_t*>(reference_), a.bytes() / 8, result_);
+                return;
+            default:  // bytes, and the element of a byte index is byte / element_bytes (below)
+                count_differing_kernel<std::uint8_t><<<blocks, threads>>>(
+                    static_cast<const std::uint8_t*>(got),
+                    static_cast<const std::uint8_t*>(reference_), a.bytes(), result_);
+        }
+    }
+
+    std::string describe(int call, unsigned long long wrong, std::size_t count,
+                         unsigned long long first) const {
+        const DeviceAllocation& a = output_.allocation();
+        const std::size_t size = a.element_bytes();
+        // Elements of an unusual size were compared byte by byte: `first` is a byte then.
+        const bool per_byte = output_.kind() == TimedOutput::Kind::bits && size != 1 && size != 2 &&
+                              size != 4 && size != 8;
+        const std::size_t element = per_byte ? first / size : first;
+        // The first differing element, as the call left it.
+        std::vector<unsigned char> bytes(size);
+        a.download(bytes.data(), size, element * size);
+        const std::uint64_t poison = poison_bytes(size);
+        const bool poisoned =
+            std::memcmp(bytes.data(), &poison, std::min<std::size_t>(size, 8)) == 0;
+        std::string text = "the timed call #" + std::to_string(call) + " did not compute `" +
+                           a.name() + "`: " + std::to_string(wrong) + " of its " +
+                           std::to_string(per_byte ? a.bytes() : count) +
+                           (per_byte ? " bytes" : " elements") +
+                           " are unlike those the warm-up call wrote, the first at [" +
+                           std::to_string(element) + "]";
+        text +=
+            poisoned ? ", which still holds the poison the harness put there before the call" : "";
+        return text +
+               ". Every timed call must compute its output: does the launcher skip work, "
+               "return before its kernels have written, or copy a result it kept from an earlier "
+               "call?";
+    }
+    // The poison's bytes for this output's element type (course/poison.h).
+    std::uint64_t poison_bytes(std::size_t size) const {
+        switch (output_.kind()) {
+            case TimedOutput::Kind::float32:
+                return poison_pattern<float>();
+            case TimedOutput::Kind::float64:
+                return poison_pattern<double>();
+            case TimedOutput::Kind::bits:
+                break;
+        }
+        return size == 1 ? poison_pattern<unsigned char>() : poison_pattern<int>();
+    }
+
+    const TimedOutput& output_;
+    void* reference_ = nullptr;
+    unsigned long long* result_ = nullptr;
+};
+
 }  // namespace
 
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
-                        const BenchOptions& options) {
+                        const std::vector<TimedOutput>& outputs, const BenchOptions& options) {
+    std::vector<std::unique_ptr<OutputCheck>> checks;
+    for (const TimedOutput& output : outputs)
+        checks.push_back(std::make_unique<OutputCheck>(output));
+    // What the warm-up calls leave is what every timed call must reproduce (the checker verifies
+    // it against its reference afterwards, through the last timed call's output). Not poisoned
+    // before the last warm-up: a launcher that computes once and skips every later call then
+    // leaves a right reference, and the poison of the first timed call gives it away.
     warm_up(learner, options.warmup);
+    for (auto& check : checks) check->keep_reference();
     warm_up(baseline, options.warmup);
+
+    PairTiming timing;
+    using Clock = std::chrono::steady_clock;
+    Clock::duration checking{};
+    // One timed call of the learner's code, its outputs poisoned before and checked after.
+    int calls = 0;
+    auto learner_sample = [&](EventPair& events) {
+        auto started = Clock::now();
+        for (auto& check : checks) check->poison();
+        checking += Clock::now() - started;
+        const double ms = events.time_ms(learner);
+        ++calls;
+        started = Clock::now();
+        for (auto& check : checks) {
+            const std::string problem = check->check(calls);
+            if (!problem.empty()) throw std::runtime_error(problem);
+        }
+        checking += Clock::now() - started;
+        return ms;
+    };
+
     EventPair events;
     std::vector<double> learner_ms, baseline_ms;
     double learner_total = 0;
@@ -97,16 +304,25 @@ PairTiming time_against(const std::function<void()>& learner, const std::functio
         if (i >= options.min_samples && learner_total >= options.min_time_ms) break;
         // Alternate who goes first, so neither side always follows the other's tail.
         if (i % 2 == 0) {
-            learner_ms.push_back(events.time_ms(learner));
+            learner_ms.push_back(learner_sample(events));
             baseline_ms.push_back(events.time_ms(baseline));
         } else {
             baseline_ms.push_back(events.time_ms(baseline));
-            learner_ms.push_back(events.time_ms(learner));
+            learner_ms.push_back(learner_sample(events));
         }
         learner_total += learner_ms.back();
     }
     CUDA_CHECK(cudaGetLastError());
-    return {summarize(learner_ms), summarize(baseline_ms)};
+    timing.learner = summarize(learner_ms);
+    timing.baseline = summarize(baseline_ms);
+    timing.checked_calls = checks.empty() ? 0 : calls;
+    timing.checking_s = std::chrono::duration<double>(checking).count();
+    return timing;
+}
+
+PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
+                        const BenchOptions& options) {
+    return time_against(learner, baseline, {}, options);
 }
 
 namespace {
@@ -119,14 +335,41 @@ struct PerfCase {
     std::string baseline;       // what it ran against
     double baseline_value = 0;  // the baseline, same metric, same run
     PairTiming timing;
+    FlopUnits units = FlopUnits::fp32_cuda_cores;  // TFLOP/s: where the FLOPs run
 };
 
+std::string text(double value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.6g", value);
+    return buffer;
+}
+
+// What the GPU can physically deliver in the case's metric, and how that figure was made;
+// 0 where the device does not say.
+std::pair<double, std::string> physical_ceiling(const PerfCase& perf) {
+    const GpuInfo& g = gpu();
+    if (perf.metric == "TFLOP/s" && perf.units == FlopUnits::bf16_tensor_cores)
+        return {g.bf16_tensor_peak_tflop_s,
+                "its dense bf16 tensor-core peak, " + g.bf16_tensor_peak_formula};
+    if (perf.metric == "TFLOP/s")
+        return {g.fp32_peak_tflop_s, "its FP32 peak, " + g.fp32_peak_formula};
+    // GB/s: DRAM on paper, or the copy of this run where that was faster (a GPU whose memory
+    // clock is reported low).
+    if (perf.baseline == "copy" && perf.baseline_value > g.memory_peak_gb_s)
+        return {perf.baseline_value, "the device copy timed in this run"};
+    return {g.memory_peak_gb_s, "its DRAM bandwidth, " + g.memory_peak_formula};
+}
+
 void record(const PerfCase& perf) {
-    auto text = [](double value) {
-        char buffer[32];
-        std::snprintf(buffer, sizeof buffer, "%.6g", value);
-        return std::string(buffer);
-    };
+    const auto [ceiling, source] = physical_ceiling(perf);
+    if (ceiling > 0 && perf.value > kPhysicalCeilingMargin * ceiling)
+        throw std::runtime_error(
+            perf.label + ": " + text(perf.value) + " " + perf.metric +
+            " is more than this GPU can physically deliver (" + text(ceiling) + " " + perf.metric +
+            ": " + source +
+            "). The timed calls cannot have done the work this case counts: "
+            "does the launcher skip work, return before its kernels have run, or copy a result "
+            "it kept from an earlier call?");
     const double ratio = perf.baseline_value > 0 ? perf.value / perf.baseline_value : 0.0;
     const TimingStats& t = perf.timing.learner;
     using testing::Test;
@@ -143,10 +386,24 @@ void record(const PerfCase& perf) {
     Test::RecordProperty("perf_baseline_median_ms", text(perf.timing.baseline.median_ms));
     std::printf(
         "[perf] %s: %.1f %s (median %.4f ms, min %.4f, spread %.1f%%, %d samples) | %s "
-        "%.1f %s (median %.4f ms) | %.1f%%\n",
+        "%.1f %s (median %.4f ms) | %.1f%%",
         perf.label.c_str(), perf.value, perf.metric.c_str(), t.median_ms, t.min_ms, t.spread_pct,
         t.samples, perf.baseline.c_str(), perf.baseline_value, perf.metric.c_str(),
         perf.timing.baseline.median_ms, 100.0 * ratio);
+    // What checking every timed call cost this case (outside the timed region); dev/accept.sh
+    // sums it over a run from the file COURSE_CHECKING_LOG names.
+    if (perf.timing.checked_calls > 0) {
+        std::printf(" | %d timed calls checked, +%.3f s", perf.timing.checked_calls,
+                    perf.timing.checking_s);
+        if (const char* path = std::getenv("COURSE_CHECKING_LOG")) {
+            if (std::FILE* log = std::fopen(path, "a")) {
+                std::fprintf(log, "%s: %d timed calls checked, +%.3f s\n", perf.label.c_str(),
+                             perf.timing.checked_calls, perf.timing.checking_s);
+                std::fclose(log);
+            }
+        }
+    }
+    std::printf("\n");
 }
 
 }  // namespace
@@ -158,9 +415,9 @@ void record_bandwidth(const std::string& label, const PairTiming& timing, double
 }
 
 void record_flops(const std::string& label, const PairTiming& timing, double flops,
-                  const std::string& baseline, double baseline_flops) {
+                  const std::string& baseline, double baseline_flops, FlopUnits units) {
     record({label, "TFLOP/s", tflop_per_s(flops, timing.learner.median_ms), baseline,
-            tflop_per_s(baseline_flops, timing.baseline.median_ms), timing});
+            tflop_per_s(baseline_flops, timing.baseline.median_ms), timing, units});
 }
 
 }  // namespace course

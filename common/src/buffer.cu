@@ -1,6 +1,7 @@
 #include "course/buffer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <utility>
 
@@ -10,23 +11,41 @@ namespace course {
 
 namespace {
 
-constexpr unsigned char kCanary = 0xA5;
+// Which byte of an 8-byte pattern the byte at `offset` (from an element boundary) holds: elements
+// of 1, 2, 4 or 8 bytes take their first bytes, larger ones repeat the 8 bytes, and elements of
+// a size that is not a power of two (none in the course) get the first byte throughout.
+std::size_t pattern_mask(std::size_t element_bytes) {
+    const bool power_of_two = (element_bytes & (element_bytes - 1)) == 0;
+    return power_of_two ? std::min<std::size_t>(element_bytes, 8) - 1 : 0;
+}
 
-// Element-wise poison fill: element bytes are the first `element_bytes` bytes of `pattern`.
-__global__ void fill_pattern_kernel(unsigned char* bytes, std::size_t count,
-                                    std::size_t element_bytes, std::uint64_t pattern) {
+// Fills `count` bytes, which start on an element boundary, with the element pattern.
+__global__ void fill_pattern_kernel(unsigned char* bytes, std::size_t count, std::size_t mask,
+                                    std::uint64_t pattern) {
     const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
     for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += stride) {
-        bytes[i] = static_cast<unsigned char>(pattern >> (8 * (i % element_bytes)));
+        bytes[i] = static_cast<unsigned char>(pattern >> (8 * (i & mask)));
     }
 }
 
+void fill_pattern(void* bytes, std::size_t count, std::size_t element_bytes,
+                  std::uint64_t pattern) {
+    if (count == 0) return;
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<std::size_t>(ceil_div(count, threads), 4096));
+    fill_pattern_kernel<<<blocks, threads>>>(static_cast<unsigned char*>(bytes), count,
+                                             pattern_mask(element_bytes), pattern);
+    CUDA_CHECK_LAUNCH();
+}
+
 // Describes the damaged bytes of one redzone, or returns "" when it is intact.
-std::string damage(const std::vector<unsigned char>& zone, bool after) {
+std::string damage(const std::vector<unsigned char>& zone, std::size_t element_bytes,
+                   std::uint64_t pattern, bool after) {
+    const std::size_t mask = pattern_mask(element_bytes);
     std::size_t changed = 0, nearest = zone.size();
     for (std::size_t i = 0; i < zone.size(); ++i) {
-        if (zone[i] == kCanary) continue;
+        if (zone[i] == static_cast<unsigned char>(pattern >> (8 * (i & mask)))) continue;
         ++changed;
         // distance from the payload: after it, byte 0 is adjacent; before it, the last byte is.
         const std::size_t distance = after ? i : zone.size() - 1 - i;
@@ -37,14 +56,37 @@ std::string damage(const std::vector<unsigned char>& zone, bool after) {
            " bytes " + (after ? "after the last element" : "before the first element");
 }
 
+// The redzones of each allocation get a pattern of their own: the type's (redzone_pattern) with
+// its low bits changed by a counter. A kernel that copies past the end of an input into the space
+// past the end of an output (a transpose, a copy without their guards) then changes the output's
+// redzone, which a pattern shared by every buffer would not show. The low 16 bits of a float's
+// NaN pattern are part of its payload: it stays a quiet NaN.
+std::uint64_t own_redzone_pattern(std::uint64_t pattern, std::size_t element_bytes) {
+    static std::uint64_t allocations = 0;
+    const std::uint64_t salt = ++allocations;
+    return pattern ^ (element_bytes == 1 ? salt % 7 + 1 : (salt * 0x9E37) % 0xFFFF + 1);
+}
+
 }  // namespace
 
+bool exact_allocations() {
+    static const bool exact = [] {
+        const char* value = std::getenv("COURSE_EXACT_ALLOCATIONS");
+        return value && std::string(value) == "1";
+    }();
+    return exact;
+}
+
 DeviceAllocation::DeviceAllocation(std::string name, std::size_t bytes, std::size_t element_bytes,
-                                   std::uint64_t poison_bits)
-    : name_(std::move(name)), bytes_(bytes), element_bytes_(element_bytes), poison_(poison_bits) {
-    CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * kRedzoneBytes));
-    CUDA_CHECK(cudaMemset(base_, kCanary, kRedzoneBytes));
-    CUDA_CHECK(cudaMemset(static_cast<char*>(data()) + bytes_, kCanary, kRedzoneBytes));
+                                   std::uint64_t poison_bits, std::uint64_t redzone_bits)
+    : name_(std::move(name)),
+      bytes_(bytes),
+      element_bytes_(element_bytes),
+      poison_(poison_bits),
+      redzone_(own_redzone_pattern(redzone_bits, element_bytes)),
+      redzone_bytes_(exact_allocations() ? 0 : kRedzoneBytes) {
+    CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * redzone_bytes_));
+    fill_redzones();
     poison();
 }
 
@@ -68,15 +110,17 @@ DeviceAllocation::DeviceAllocation(DeviceAllocation&& other) noexcept
       bytes_(other.bytes_),
       element_bytes_(other.element_bytes_),
       poison_(other.poison_),
+      redzone_(other.redzone_),
+      redzone_bytes_(other.redzone_bytes_),
       base_(std::exchange(other.base_, nullptr)) {}
 
+void DeviceAllocation::fill_redzones() const {
+    fill_pattern(base_, redzone_bytes_, element_bytes_, redzone_);
+    fill_pattern(static_cast<char*>(data()) + bytes_, redzone_bytes_, element_bytes_, redzone_);
+}
+
 void DeviceAllocation::poison() {
-    if (bytes_ == 0) return;
-    const int threads = 256;
-    const int blocks = static_cast<int>(std::min<std::size_t>(ceil_div(bytes_, threads), 4096));
-    fill_pattern_kernel<<<blocks, threads>>>(static_cast<unsigned char*>(data()), bytes_,
-                                             element_bytes_, poison_);
-    CUDA_CHECK_LAUNCH();
+    fill_pattern(data(), bytes_, element_bytes_, poison_);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -84,22 +128,24 @@ void DeviceAllocation::upload(const void* host, std::size_t bytes) {
     CUDA_CHECK(cudaMemcpy(data(), host, bytes, cudaMemcpyHostToDevice));
 }
 
-void DeviceAllocation::download(void* host, std::size_t bytes) const {
+void DeviceAllocation::download(void* host, std::size_t bytes, std::size_t offset) const {
     // Synchronizes with the default stream, so errors of the code under test surface here.
-    CUDA_CHECK(cudaMemcpy(host, data(), bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(host, static_cast<const char*>(data()) + offset, bytes, cudaMemcpyDeviceToHost));
 }
 
-testing::AssertionResult DeviceAllocation::redzones_intact() {
-    std::vector<unsigned char> before(kRedzoneBytes), after(kRedzoneBytes);
+testing::AssertionResult DeviceAllocation::redzones_intact() const {
+    if (redzone_bytes_ == 0) return testing::AssertionSuccess();  // exact allocations
+    std::vector<unsigned char> before(redzone_bytes_), after(redzone_bytes_);
     char* payload = static_cast<char*>(data());
-    CUDA_CHECK(
-        cudaMemcpy(before.data(), payload - kRedzoneBytes, kRedzoneBytes, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(after.data(), payload + bytes_, kRedzoneBytes, cudaMemcpyDeviceToHost));
-    const std::string past_end = damage(after, true), before_start = damage(before, false);
+    CUDA_CHECK(cudaMemcpy(before.data(), base_, redzone_bytes_, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(after.data(), payload + bytes_, redzone_bytes_, cudaMemcpyDeviceToHost));
+    const std::string past_end = damage(after, element_bytes_, redzone_, true),
+                      before_start = damage(before, element_bytes_, redzone_, false);
     if (past_end.empty() && before_start.empty()) return testing::AssertionSuccess();
 
-    CUDA_CHECK(cudaMemset(payload - kRedzoneBytes, kCanary, kRedzoneBytes));
-    CUDA_CHECK(cudaMemset(payload + bytes_, kCanary, kRedzoneBytes));
+    fill_redzones();
+    CUDA_CHECK(cudaDeviceSynchronize());
     auto failure = testing::AssertionFailure();
     if (!past_end.empty())
         failure << "wrote past the end of `" << name_ << "` (" << bytes_ / element_bytes_

@@ -1,6 +1,7 @@
 #include "course/compare.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -16,10 +17,40 @@ std::string number(double value) {
     return text;
 }
 
-std::string position(std::size_t index, const CompareOptions& opt) {
+// Where compared element `k` lies in the whole output.
+std::size_t whole_index(std::size_t k, const CompareOptions& opt) {
+    return opt.indices.empty() ? k : opt.indices.at(k);
+}
+
+std::string position(std::size_t k, const CompareOptions& opt) {
+    const std::size_t index = whole_index(k, opt);
     if (!opt.matrix) return "[" + std::to_string(index) + "]";
     return "(" + std::to_string(index / opt.matrix->cols) + ", " +
            std::to_string(index % opt.matrix->cols) + ")";
+}
+
+constexpr std::size_t kTwoTo31 = std::size_t{1} << 31;
+constexpr std::size_t kTwoTo32 = std::size_t{1} << 32;
+
+// When every wrong element lies at or past 2^31 (or 2^32) of the whole output and every one
+// compared below it is right: the mark of 32-bit index arithmetic.
+std::string index_overflow(const detail::Mismatches& m, const CompareOptions& opt) {
+    const std::size_t first = whole_index(m.first_wrong, opt);
+    for (const std::size_t limit : {kTwoTo32, kTwoTo31}) {
+        if (first < limit) continue;
+        const bool right_below = m.first_wrong > 0 && whole_index(0, opt) < limit;
+        if (!right_below) return "";
+        const bool is_int = limit == kTwoTo31;
+        return std::string("every element compared below index ") +
+               (is_int ? "2^31 = 2147483648" : "2^32 = 4294967296") +
+               " is right, and the first wrong one is " + position(m.first_wrong, opt) +
+               ": an index or offset computed in 32-bit " + (is_int ? "int" : "unsigned") +
+               " arithmetic overflows there (the largest " +
+               (is_int ? "int is 2^31 - 1" : "unsigned int is 2^32 - 1") +
+               "). Compute indices in std::size_t, and widen "
+               "before multiplying: std::size_t(row) * cols, not row * cols";
+    }
+    return "";
 }
 
 // "columns 96..99 of 0..99": a range, and whether it is the end of the axis.
@@ -28,6 +59,15 @@ std::string span(const char* what, std::size_t lo, std::size_t hi, std::size_t e
     if (hi != lo) text += ".." + std::to_string(hi);
     text += " (of 0.." + std::to_string(extent - 1) + ")";
     return text;
+}
+
+// A grid capped in size (one wave, a fixed count of blocks) without a grid-stride loop: the
+// elements past its threads are never written. Told apart from a missed tail (at most a block of
+// elements short) by the length of what is missing.
+bool capped_grid(const detail::Mismatches& m, const CompareOptions& opt) {
+    constexpr std::size_t kWarp = 32, kLargestBlock = 1024;
+    return opt.indices.empty() && m.never_written == m.wrong && m.first_wrong % kWarp == 0 &&
+           m.total - m.first_wrong > kLargestBlock;
 }
 
 }  // namespace
@@ -44,6 +84,7 @@ void Mismatches::add(std::size_t index, double got, double want, bool poisoned,
     if (wrong == 0) first_wrong = index;
     last_wrong = index;
     if (poisoned) ++never_written;
+    if (!poisoned && std::isnan(got)) ++other_nan;
     if (opt.matrix) {
         const std::size_t row = index / opt.matrix->cols, col = index % opt.matrix->cols;
         if (wrong == 0) {
@@ -58,17 +99,17 @@ void Mismatches::add(std::size_t index, double got, double want, bool poisoned,
 }
 
 std::string explain(const Mismatches& m, const Tolerance& tol, const CompareOptions& opt) {
+    // The count, then what the mistake looks like (the checker's diagnosis, then the harness's
+    // patterns, most specific first), then the elements: the grader shows the first lines only.
     std::ostringstream out;
-    out << "`" << opt.name << "`: " << m.wrong << " of " << m.total << " elements are wrong ("
-        << tol.describe() << ")\n";
-    for (const auto& e : m.examples) {
-        out << "  " << position(e.index, opt) << " got "
-            << (e.never_written ? "NaN/poison (never written)" : number(e.got)) << ", want "
-            << number(e.want) << "\n";
+    out << "`" << opt.name << "`: " << m.wrong << " of " << m.total << " elements "
+        << (opt.indices.empty() ? "" : "compared ") << "are wrong (" << tol.describe() << ")\n";
+    if (opt.diagnose) {
+        const std::string diagnosis = opt.diagnose();
+        if (!diagnosis.empty()) out << "  " << diagnosis << "\n";
     }
-    if (m.wrong > m.examples.size()) out << "  ...\n";
-
-    // Patterns, most specific first.
+    if (const std::string overflow = index_overflow(m, opt); !overflow.empty())
+        out << "  " << overflow << "\n";
     if (m.all_zero_output && m.reference_nonzero) {
         out << "  the output is all zeros: did the kernel run, and write to the output pointer?\n";
     }
@@ -78,6 +119,11 @@ std::string explain(const Mismatches& m, const Tolerance& tol, const CompareOpti
     } else if (m.never_written > 0) {
         out << "  " << m.never_written << " of them were never written\n";
     }
+    if (m.other_nan > 0)
+        out << "  " << m.other_nan
+            << " of them are NaN: did a load read past the end of an input "
+               "(the harness keeps NaN there), or is there a 0/0, inf - inf or sqrt of a negative "
+               "number?\n";
     const bool whole_tail = m.last_wrong == m.total - 1 && m.wrong == m.total - m.first_wrong;
     if (opt.matrix) {
         out << "  wrong elements lie in " << span("rows", m.min_row, m.max_row, opt.matrix->rows)
@@ -88,16 +134,29 @@ std::string explain(const Mismatches& m, const Tolerance& tol, const CompareOpti
         if (m.min_row > 0 && m.max_row == opt.matrix->rows - 1 && m.min_col == 0)
             out << "  only the last rows are wrong: is the partial tile at the bottom edge "
                    "handled (rows not a multiple of the block)?\n";
-    } else if (whole_tail && m.first_wrong > 0) {
+    } else if (whole_tail && m.first_wrong > 0 && capped_grid(m, opt)) {
         out << "  every element from " << position(m.first_wrong, opt)
+            << " to the end is wrong and was never written, and the " << m.first_wrong
+            << " before it are right: a whole number of warps, as if a grid of " << m.first_wrong
+            << " threads wrote one element each and stopped. A grid smaller than n needs a "
+               "grid-stride loop (i += gridDim.x * blockDim.x).\n";
+    } else if (whole_tail && m.first_wrong > 0) {
+        out << "  every element " << (opt.indices.empty() ? "" : "compared ") << "from "
+            << position(m.first_wrong, opt)
             << " to the end is wrong, and only those: does the grid (or the loop) cover all "
-            << m.total << " elements? Check the ceil_div and the tail.\n";
+            << (opt.indices.empty() ? m.total : whole_index(m.total - 1, opt) + 1)
+            << " elements? Check the ceil_div and the tail.\n";
     } else if (m.wrong > 1) {
         out << "  wrong elements lie between " << position(m.first_wrong, opt) << " and "
             << position(m.last_wrong, opt) << "\n";
     }
-    out << "  inputs from seed " << run_seed() << ": GRADER_SEED=" << run_seed()
-        << " replays them";
+    for (const auto& e : m.examples) {
+        out << "  " << position(e.index, opt) << " got "
+            << (e.never_written ? "NaN/poison (never written)" : number(e.got)) << ", want "
+            << number(e.want) << "\n";
+    }
+    if (m.wrong > m.examples.size()) out << "  ...\n";
+    out << "  inputs from seed " << run_seed() << ": GRADER_SEED=" << run_seed() << " replays them";
     return out.str();
 }
 

@@ -2,9 +2,92 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
+
 #include "course/check.h"
 
 namespace course {
+
+namespace {
+
+// FP32 results per clock per SM (an FMA counts once), from the CUDA C++ Programming Guide's
+// table of arithmetic instruction throughput: the same table as grader/gpu_table.py's. A GPU not
+// listed gets no FP32 peak (and its FLOP rates no ceiling).
+int fp32_lanes_per_sm(int sm) {
+    switch (sm) {
+        case 70:
+        case 72:
+        case 75:
+        case 80:
+            return 64;
+        case 86:
+        case 87:
+        case 89:
+        case 90:
+        case 100:
+        case 120:
+            return 128;
+        default:
+            return 0;
+    }
+}
+
+// Dense bf16 multiply-adds (float32 accumulation) per clock per SM on the tensor cores, from
+// NVIDIA's architecture whitepapers (an upper bound where a family's parts differ: a ceiling must
+// never be below what the GPU does). None before Ampere: those tensor cores have no bf16.
+int bf16_tensor_fmas_per_sm(int sm) {
+    switch (sm) {
+        case 80:
+        case 86:
+        case 87:
+        case 89:
+        case 120:
+            return 1024;
+        case 90:
+            return 2048;
+        case 100:
+            return 4096;
+        default:
+            return 0;
+    }
+}
+
+std::string fixed(double value, int decimals) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return text;
+}
+
+void fill_peaks(GpuInfo& g, const cudaDeviceProp& prop) {
+    int memory_khz = 0, sm_khz = 0;
+    // A device may decline to say (an emulator, some virtual GPUs): then no peak.
+    if (cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, g.device) != cudaSuccess)
+        memory_khz = 0;
+    if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, g.device) != cudaSuccess) sm_khz = 0;
+    cudaGetLastError();
+    if (memory_khz > 0 && prop.memoryBusWidth > 0) {
+        g.memory_peak_gb_s = 2.0 * memory_khz * 1e3 * (prop.memoryBusWidth / 8) / 1e9;
+        g.memory_peak_formula = "2 transfers per clock x " + fixed(memory_khz / 1e3, 0) +
+                                " MHz x " + std::to_string(prop.memoryBusWidth) + "-bit bus";
+    }
+    const int lanes = fp32_lanes_per_sm(g.sm);
+    if (lanes > 0 && sm_khz > 0) {
+        g.fp32_peak_tflop_s = 2.0 * g.multiprocessors * lanes * sm_khz * 1e3 / 1e12;
+        g.fp32_peak_formula = std::to_string(g.multiprocessors) + " SMs x " +
+                              std::to_string(lanes) + " FP32 lanes x 2 FLOP per FMA x " +
+                              fixed(sm_khz / 1e6, 3) + " GHz";
+    }
+    const int fmas = bf16_tensor_fmas_per_sm(g.sm);
+    if (fmas > 0 && sm_khz > 0) {
+        g.bf16_tensor_peak_tflop_s = 2.0 * g.multiprocessors * fmas * sm_khz * 1e3 / 1e12;
+        g.bf16_tensor_peak_formula = std::to_string(g.multiprocessors) + " SMs x " +
+                                     std::to_string(fmas) +
+                                     " bf16 tensor-core multiply-adds per clock x 2 FLOP x " +
+                                     fixed(sm_khz / 1e6, 3) + " GHz";
+    }
+}
+
+}  // namespace
 
 const GpuInfo& gpu() {
     static const GpuInfo info = [] {
@@ -29,6 +112,7 @@ const GpuInfo& gpu() {
         g.l2_bytes = static_cast<std::size_t>(prop.l2CacheSize);
         g.global_memory_bytes = prop.totalGlobalMem;
         g.name = prop.name;
+        fill_peaks(g, prop);
         return g;
     }();
     return info;

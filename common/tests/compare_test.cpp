@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -63,6 +65,16 @@ TEST(Compare, NamesAMissingTail) {
     EXPECT_THAT(result.message(), testing::HasSubstr("every element from [997] to the end"));
 }
 
+TEST(Compare, NamesAGridCappedWithoutAStrideLoop) {
+    auto got = iota(100000);
+    const auto want = as_double(got);
+    for (std::size_t i = 4096; i < got.size(); ++i) got[i] = poison();  // 16 blocks of 256 only
+    const auto result = course::expect_close(got, want, Tolerance::float32());
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("as if a grid of 4096 threads"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("grid-stride loop"));
+}
+
 TEST(Compare, NaNNeverPassesAndAllZerosIsNamed) {
     std::vector<float> zeros(10, 0.0f);
     const auto result = course::expect_close(zeros, as_double(iota(10)), Tolerance::float32());
@@ -83,6 +95,71 @@ TEST(Compare, MatrixMessagesUseRowsAndColumns) {
     ASSERT_FALSE(result);
     EXPECT_THAT(result.message(), testing::HasSubstr("(0, 9) got NaN/poison"));
     EXPECT_THAT(result.message(), testing::HasSubstr("only the last columns are wrong"));
+}
+
+TEST(Compare, TheDiagnosisComesBeforeTheElements) {
+    auto got = iota(100);
+    const auto want = as_double(got);
+    for (std::size_t i = 0; i < 100; i += 2) got[i] = 0.0f;
+    CompareOptions options{"c"};
+    options.diagnose = [] { return std::string("likely cause: every other element"); };
+    const auto result = course::expect_close(got, want, Tolerance::float32(), options);
+    ASSERT_FALSE(result);
+    const std::string message = result.message();
+    const auto count = message.find("50 of 100"), diagnosis = message.find("likely cause"),
+               element = message.find("[0] got 0");
+    ASSERT_NE(diagnosis, std::string::npos);
+    ASSERT_NE(element, std::string::npos);
+    EXPECT_LT(count, diagnosis);
+    EXPECT_LT(diagnosis, element);
+}
+
+TEST(Compare, ADiagnosisIsAskedForOnlyOnAFailure) {
+    const auto want = iota(10);
+    CompareOptions options;
+    options.diagnose = []() -> std::string { throw std::logic_error("asked on a pass"); };
+    EXPECT_TRUE(course::expect_close(want, as_double(want), Tolerance::float32(), options));
+}
+
+TEST(Compare, NamesANaNThatIsNotThePoison) {
+    auto got = iota(10);
+    got[3] = std::numeric_limits<float>::quiet_NaN();
+    const auto result = course::expect_close(got, as_double(iota(10)), Tolerance::float32());
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("1 of them are NaN: did a load read past"));
+    EXPECT_THAT(result.message(), testing::Not(testing::HasSubstr("never written")));
+}
+
+TEST(Compare, SampledElementsAreNamedByTheirIndexInTheWholeOutput) {
+    // Windows around 0, 2^31 and the end of an output of 2^31 + 100 elements, wrong from 2^31 on.
+    const std::size_t two_to_31 = std::size_t{1} << 31;
+    std::vector<std::size_t> indices;
+    for (std::size_t i = 0; i < 4; ++i) indices.push_back(i);
+    for (std::size_t i = two_to_31 - 4; i < two_to_31 + 4; ++i) indices.push_back(i);
+    for (std::size_t i = two_to_31 + 96; i < two_to_31 + 100; ++i) indices.push_back(i);
+    std::vector<float> got(indices.size(), 1.0f);
+    const std::vector<double> want(indices.size(), 1.0);
+    for (std::size_t k = 0; k < indices.size(); ++k)
+        if (indices[k] >= two_to_31) got[k] = poison();
+    CompareOptions options{"c"};
+    options.indices = indices;
+    const auto result = course::expect_close(got, want, Tolerance::exact(), options);
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("8 of 16 elements compared are wrong"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("first wrong one is [2147483648]"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("32-bit int arithmetic overflows there"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("[2147483648] got NaN/poison"));
+}
+
+TEST(Compare, NoOverflowDiagnosisWhenElementsBelow2To31AreWrongToo) {
+    const std::size_t two_to_31 = std::size_t{1} << 31;
+    CompareOptions options{"c"};
+    options.indices = {0, 1, two_to_31, two_to_31 + 1};
+    const std::vector<float> got{1.0f, 5.0f, 5.0f, 5.0f};
+    const auto result =
+        course::expect_close(got, std::vector<double>(4, 1.0), Tolerance::exact(), options);
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::Not(testing::HasSubstr("overflows")));
 }
 
 TEST(Compare, IntegersMustMatchExactly) {

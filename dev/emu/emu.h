@@ -43,7 +43,10 @@ struct Dim3 {
     Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline int min(int a, int b) { return a < b ? a : b; }
@@ -51,6 +54,11 @@ inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> T __ldcs(const T* p) { return *p; }
 template <class T> void __stcs(T* p, T v) { *p = v; }
 template <class T> T __ldg(const T* p) { return *p; }
+template <class T> T __ldcg(const T* p) { return *p; }
+inline void __threadfence() {}
+// Atomics: threads switch only where they wait for each other, so a read-modify-write is atomic.
+template <class T> T atomicAdd(T* p, T v) { const T old = *p; *p = old + v; return old; }
+template <class T> T atomicMin(T* p, T v) { const T old = *p; if (v < old) *p = v; return old; }
 
 // The built-in indices: the scheduler sets them before it runs (or resumes) a thread.
 inline Dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -384,6 +392,10 @@ Launch<Params...> launch_sequential(void (*kernel)(Params...), G grid, B block,
 
 inline void __syncthreads() { emu::wait_at(emu::current->home->barrier, emu::current->home->live); }
 template <class T> T __shfl_sync(unsigned m, T v, int src) { return emu::shuffle(m, v, src); }
+template <class T> T __shfl_up_sync(unsigned m, T v, unsigned delta) {
+    const unsigned lane = emu::current->lane;
+    return emu::shuffle(m, v, lane >= delta ? lane - delta : lane);
+}
 template <class T> T __shfl_xor_sync(unsigned m, T v, int offset) {
     return emu::shuffle(m, v, emu::current->lane ^ offset);
 }

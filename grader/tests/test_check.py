@@ -1,5 +1,11 @@
 """`grader check`: the course's own health."""
+import os
+import stat
+from pathlib import Path
+
 from grader.tests.conftest import invoke, make_course
+
+SANITIZER_LOGS = Path(__file__).parent / "fixtures" / "sanitizer"
 
 ONLY_TODO_MANIFEST = '''[module]
 title = "Fixture: the todo exercise alone"
@@ -99,6 +105,30 @@ def test_with_a_gpu_a_healthy_course_is_ok(tmp_path, gpu):
     result = invoke(root, "check")
     assert result.exit_code == 0, result.stdout
     assert result.stdout == "course OK: 1 exercise checked\n"
+
+
+def test_with_a_gpu_memcheck_runs_over_the_solutions(tmp_path, gpu, monkeypatch):
+    # A stand-in compute-sanitizer printing memcheck's report of an out-of-bounds write (recorded
+    # on a GPU): the solution that passed its checker is a problem all the same.
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "compute-sanitizer"
+    script.write_text(f"""#!/bin/sh
+echo "exact=$COURSE_EXACT_ALLOCATIONS $@" >> "{folder}/arguments"
+cat "{SANITIZER_LOGS}/memcheck_out_of_bounds.log"
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    root = make_course(tmp_path / "course")
+    (root / "modules/01_fixture/module.toml").write_text(ONLY_TODO_MANIFEST)
+    result = invoke(root, "check")
+    assert result.exit_code == 1
+    assert problems(result) == [
+        "01_fixture/todo: the solution under memcheck: 35 errors; first: Invalid __global__ write "
+        "of size 4 bytes (by thread (1,0,0) in block (0,0,0); 1 bytes after the nearest "
+        "allocation of size 4 bytes), at transpose.cu:59"]
+    arguments = (folder / "arguments").read_text()
+    assert arguments.startswith("exact=1 --tool memcheck") and "solution" in arguments
 
 
 def test_mutants_need_a_gpu(course, no_gpu):

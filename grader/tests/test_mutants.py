@@ -1,8 +1,14 @@
 """Planted bugs: applying them, restoring the solution, and a whole run on the fixture."""
+import os
+import stat
+from pathlib import Path
+
 import pytest
 
+from grader import mutants
 from grader.course import load_course
 from grader.mutants import BrokenMutant, Mutant, apply_mutant, mutated, read_mutants
+from grader.results import FAIL, Outcome, Result
 from grader.tests.conftest import invoke
 
 MUTANTS = '''
@@ -141,6 +147,57 @@ def test_a_fast_mutant_needs_a_fast_solution(course):
         "fast_solution in its manifest",
         "solutions/01_fixture/mutants.toml: mutant 'b': fast must be true or false",
         "solutions/01_fixture/mutants.toml: mutant 'c': unknown key file"]
+
+
+def test_a_planted_bug_is_caught_only_by_what_the_learner_is_shown(course, monkeypatch, tmp_path):
+    # The message in the full failure text but beyond the detail lines under the table: not
+    # caught, since a learner would not see it without --verbose.
+    exercise = load_course(course).exercises[0]
+    hidden = Outcome(FAIL, detail=["`c`: 3 of 10 elements are wrong"],
+                     failures=["`c`: 3 of 10 elements are wrong\n  ...\n  check the ceil_div"])
+    monkeypatch.setattr(mutants, "grade", lambda *args: [Result(exercise, "solution", hidden, "x")])
+    (tmp_path / exercise.module).mkdir()
+    (tmp_path / exercise.module / exercise.file).write_text("i < n")
+    planted = Mutant(exercise, "tail", old="i < n", new="i < n - 1", expect="fail",
+                     message="ceil_div")
+    outcome = mutants._run_one(None, tmp_path, planted, lambda line: None)
+    assert not outcome.ok and outcome.got == "fail: `c`: 3 of 10 elements are wrong"
+    shown = Outcome(FAIL, detail=hidden.failures[0].splitlines())
+    monkeypatch.setattr(mutants, "grade", lambda *args: [Result(exercise, "solution", shown, "x")])
+    assert mutants._run_one(None, tmp_path, planted, lambda line: None).ok
+
+
+def test_a_memcheck_mutant_that_passes_its_checker_is_caught_by_memcheck(course, gpu,
+                                                                          monkeypatch, tmp_path):
+    # A stand-in compute-sanitizer with memcheck's report of an out-of-bounds write (recorded on
+    # a GPU): the planted bug passes its checker and is caught by what memcheck shows.
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "compute-sanitizer"
+    logs = Path(__file__).parent / "fixtures" / "sanitizer"
+    script.write_text(f'#!/bin/sh\ncat "{logs}/memcheck_out_of_bounds.log"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    (course / "solutions/01_fixture/mutants.toml").write_text(
+        '[[mutant]]\nexercise = "passes"\nname = "reads_past_the_end"\nmemcheck = true\n'
+        'replace = ["return 2 * x;", "return x + x;"]\nexpect = "fail"\n'
+        'message = "Invalid __global__ write"\n')
+    result = invoke(course, "check", "--no-build", "--mutants", "01/passes")
+    assert result.exit_code == 0, result.stdout
+    assert "compute-sanitizer --tool memcheck: 01_fixture/passes" in result.stderr
+    assert "fail: memcheck: 35 errors" in result.stdout
+
+
+def test_memcheck_is_true_or_false_and_gpu_only_a_text(course):
+    (course / "solutions/01_fixture/mutants.toml").write_text(
+        '[[mutant]]\nexercise = "todo"\nname = "a"\nmemcheck = 1\nreplace = ["x", "y"]\n'
+        'expect = "fail"\nmessage = ""\n[[mutant]]\nexercise = "todo"\nname = "b"\n'
+        'gpu_only = true\nreplace = ["x", "y"]\nexpect = "fail"\nmessage = ""\n')
+    mutants_found, problems = read_mutants(load_course(course), load_course(course).exercises)
+    assert mutants_found == []
+    assert problems == [
+        "solutions/01_fixture/mutants.toml: mutant 'a': memcheck must be true or false",
+        "solutions/01_fixture/mutants.toml: mutant 'b': gpu_only must be a text"]
 
 
 def test_the_fixtures_own_mutants_are_well_formed(course):

@@ -1,6 +1,7 @@
 """`grader run` on the fixture course: every status, table, JSON, saved results, learner files."""
 import json
 import re
+import shutil
 
 import pytest
 
@@ -144,17 +145,23 @@ def test_verbose_shows_the_full_checker_output(built_course):
 
 
 def test_a_stub_including_its_baseline_library_is_refused(built_course):
-    stub = built_course.root / "modules/01_fixture/mismatch.cpp"
+    # A header-only library (here a stand-in CUB beside the stub), included behind a macro: the
+    # compiler's dependency list names it, whatever the text of the include looks like.
+    module = built_course.root / "modules/01_fixture"
+    stub = module / "mismatch.cpp"
     original = stub.read_text()
-    stub.write_text("#include <cublas_v2.h>\n" + original)
+    (module / "cub").mkdir()
+    (module / "cub/cub.cuh").write_text("inline int cub_stand_in() { return 1; }\n")
+    stub.write_text('#define LIBRARY "cub/cub.cuh"\n#include LIBRARY\n' + original)
     try:
         result = invoke(built_course.root, "run", "01/mismatch")
     finally:
         stub.write_text(original)
+        shutil.rmtree(module / "cub")
     assert result.exit_code == 1
-    assert ("refused: modules/01_fixture/mismatch.cpp includes <cublas_v2.h>; an exercise may "
+    assert ("refused: modules/01_fixture/mismatch.cpp includes <cub/cub.cuh>; an exercise may "
             "not call the library it is measured against") in result.stdout
-    assert "ninja" not in result.stderr  # refused before building anything
+    assert "Twice.DoublesItsInput" not in result.stdout  # built, never run
 
 
 def test_progress_md_keeps_the_learners_text_outside_the_block(built_course):

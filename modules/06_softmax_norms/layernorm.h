@@ -10,7 +10,9 @@ constexpr float kLayerNormEps = 1e-5f;
 //   rstd[r] = 1 / sqrt(var + kLayerNormEps)
 //   y[r][c] = (x[r][c] - mean[r]) * rstd[r] * gamma[c] + beta[c]
 // mean and rstd (rows floats each) are outputs too: the backward pass reuses them.
-// x, gamma, beta (cols floats each), y, mean and rstd are device pointers, none aliasing another. Enqueue the work on the default stream and return; the checker synchronizes.
+// x and y (rows x cols floats each), gamma and beta (cols floats each), mean and rstd (rows floats
+// each) are device pointers, none aliasing another. Enqueue the work on the default stream and
+// return; the checker synchronizes.
 // rows >= 1 and cols >= 1, any values (not multiples of anything); rows * cols may exceed 2^31,
 // so compute offsets in 64 bits. x may hold rows of equal values (variance 0) and rows whose
 // mean is large next to their spread.

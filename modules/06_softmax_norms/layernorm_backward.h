@@ -8,10 +8,11 @@
 //                                  - xhat[r][c] * (1 / cols) * sum_k g[r][k] * xhat[r][k])
 //   dgamma[c] = sum_r dy[r][c] * xhat[r][c]
 //   dbeta[c]  = sum_r dy[r][c]
-// dx, dgamma and dbeta (cols floats each) are written, not accumulated into. The result must be
-// deterministic: the same inputs give the same bits on every call (so no floating-point
-// atomicAdd, whose order changes from run to run).
-// x, dy, gamma, mean, rstd, dx, dgamma and dbeta are device pointers, none aliasing another.
+// dx (rows x cols floats), dgamma and dbeta (cols floats each) are written, not accumulated
+// into. The result must be deterministic: the same inputs give the same bits on every call (so
+// no floating-point atomicAdd, whose order changes from run to run).
+// x and dy (rows x cols floats each), gamma (cols floats), mean and rstd (rows floats each), dx,
+// dgamma and dbeta are device pointers, none aliasing another.
 // Enqueue the work on the default stream and return; the checker synchronizes. rows >= 1 and
 // cols >= 1, any values (not multiples of anything); rows * cols may exceed 2^31, so compute
 // offsets in 64 bits.

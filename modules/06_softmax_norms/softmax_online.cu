@@ -43,8 +43,11 @@ __global__ void softmax_online_kernel(const float* in, float* out, int rows, int
     //       long ones); this thread's row and lane.
     // TODO: pass 1: each thread folds columns lane, lane + group, ... into its SoftmaxState with
     //       add().
-    // TODO: merge the group's states: a butterfly of __shfl_xor_sync on both max and sum, then
-    //       for a block, through two __shared__ float[32] arrays and one __syncthreads().
+    // TODO: merge the group's states: a butterfly of __shfl_xor_sync on both max and sum, then,
+    //       for a block, lane 0 of each warp posts its warp's state to two __shared__ float[32]
+    //       arrays, one __syncthreads(), and every warp (not warp 0 alone) merges all the posted
+    //       states again, {-FLT_MAX, 0} in the lanes past them: every thread then holds the
+    //       row's state without a second barrier.
     // TODO: pass 2: y = expf(x - max) * (1 / sum).
     // TODO (speed): for long rows, pass 1 can also copy the row into dynamic shared memory
     //       (extern __shared__), so pass 2 reads it there and device memory sees the row once.

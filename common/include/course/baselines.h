@@ -1,42 +1,115 @@
 // What each exercise is measured against, timed in the same process. Only checkers include this
-// header: it lives in a shared library that links cuBLAS/CUB privately, so a learner's stub can
-// neither link those libraries nor (the grader refuses it) include this header.
+// header (the grader refuses a learner file whose compilation includes it).
+//
+// The baselines live in a shared library (common/baselines/, linking cuBLAS, CUB and cuDNN) that
+// the checker's executable does NOT link: the first call of a baseline loads it (dlopen, its
+// symbols kept local) from the path CMake compiled into the checker (COURSE_BASELINES_LIBRARY),
+// and calls it through its table of functions (course/baseline_table.h). The functions below have
+// internal linkage (an unnamed namespace): each checker has its own copy, which no other file of
+// the program can name. So the learner's code, linked into the same executable, can neither
+// call a baseline (a hand-declared course::baseline::cublas_sgemm does not link) nor cuBLAS or
+// cuDNN (not linked either); CUB, header-only, is refused by the grader from the compiler's list
+// of included files.
 #pragma once
+
+#include <dlfcn.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "course/baseline_table.h"
+
+#ifndef COURSE_BASELINES_LIBRARY
+#define COURSE_BASELINES_LIBRARY ""  // a build without the library: the CPU emulator (dev/emu)
+#endif
 
 namespace course::baseline {
+namespace {
+
+// The library's table, loaded once; nullptr, with the reason in `why`, where it cannot be.
+inline const Table* load_table(std::string& why) {
+    const char* path = COURSE_BASELINES_LIBRARY;
+    if (*path == '\0') {
+        why = "this build has no baselines library (the CPU emulator runs none)";
+        return nullptr;
+    }
+    void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+        why = std::string("cannot load ") + path + ": " + dlerror();
+        return nullptr;
+    }
+    using Entry = const Table* (*)();
+    const auto entry = reinterpret_cast<Entry>(dlsym(library, kTableSymbol));
+    if (!entry) {
+        why = std::string(path) + " has no " + kTableSymbol;
+        return nullptr;
+    }
+    return entry();
+}
+
+struct Loaded {
+    std::string why;
+    const Table* table;
+    Loaded() : table(load_table(why)) {}
+};
+
+inline const Loaded& loaded() {
+    static const Loaded instance;
+    return instance;
+}
+
+inline const Table& table() {
+    if (!loaded().table) throw std::runtime_error("no baseline: " + loaded().why);
+    return *loaded().table;
+}
 
 // cudaMemcpy device to device: the memory-bound ceiling (counts `bytes` read + `bytes` written).
-void device_copy(void* dst, const void* src, std::size_t bytes);
+inline void device_copy(void* dst, const void* src, std::size_t bytes) {
+    table().device_copy(dst, src, bytes);
+}
 
 // C = A * B, row-major float32: A is M x K, B is K x N, C is M x N. cuBLAS in plain FP32: its
 // math mode is set to CUBLAS_DEFAULT_MATH (no TF32, no emulation).
-void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C);
+inline void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C) {
+    table().cublas_sgemm(M, N, K, A, B, C);
+}
 
 // C = A * B^T with bf16 A and B and float32 C, accumulated in float32 on the tensor cores: A is
 // M x K and B is N x K, both row-major (K contiguous: the layout cuBLAS calls "TN"), C is M x N
 // row-major. cublasGemmEx with CUBLAS_COMPUTE_32F (the course's tensor-core GEMMs, module 05,
 // compute the same). `A` and `B` point at bf16 elements (__nv_bfloat16), passed as their bits.
-void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, float* C);
+inline void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                             float* C) {
+    table().cublas_gemm_bf16(M, N, K, A, B, C);
+}
 
 // *out = sum of in[0..n), CUB DeviceReduce::Sum.
-void cub_reduce_sum(const float* in, float* out, std::size_t n);
+inline void cub_reduce_sum(const float* in, float* out, std::size_t n) {
+    table().cub_reduce_sum(in, out, n);
+}
 
 // out[i] = in[0] + ... + in[i], CUB DeviceScan::InclusiveSum.
-void cub_inclusive_scan(const int* in, int* out, std::size_t n);
+inline void cub_inclusive_scan(const int* in, int* out, std::size_t n) {
+    table().cub_inclusive_scan(in, out, n);
+}
 
 // bins[v] = count of bytes equal to v, 256 bins, CUB DeviceHistogram::HistogramEven.
-void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bins);
+inline void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bins) {
+    table().cub_histogram_256(data, n, bins);
+}
 
 // Whether the cuDNN baselines can run here: the course was built with cuDNN and a cuDNN handle
 // could be created. Checkers skip their cuDNN cases (with this reason) when it is false.
-bool cudnn_available();
+inline bool cudnn_available() { return loaded().table && table().cudnn_available(); }
 
 // out = softmax of each row of a rows x cols row-major float matrix (max subtracted first):
 // cuDNN's cudnnSoftmaxForward, CUDNN_SOFTMAX_ACCURATE over each row. Throws when
 // !cudnn_available().
-void cudnn_softmax(const float* in, float* out, int rows, int cols);
+inline void cudnn_softmax(const float* in, float* out, int rows, int cols) {
+    table().cudnn_softmax(in, out, rows, cols);
+}
 
+}  // namespace
 }  // namespace course::baseline

@@ -1,9 +1,12 @@
 // Honest timing: CUDA events around each sample, L2 flushed before each sample, warm-up first,
 // enough samples for a stable median, and the baseline's samples interleaved with the learner's
-// so that both see the same clocks and the same thermal state.
+// so that both see the same clocks and the same thermal state. Every timed call must do its work:
+// the outputs named to time_against are poisoned before each timed call and checked after it,
+// and a rate above what the GPU can physically deliver fails the case.
 //
 //   auto timing = course::time_against([&] { vector_add(a, b, c, n); },
-//                                      [&] { course::baseline::device_copy(dst, src, 4 * n); });
+//                                      [&] { course::baseline::device_copy(dst, src, 4 * n); },
+//                                      {course::TimedOutput(d_c, tolerance)});
 //   // the napkin math beside the numbers: vector_add reads a and b and writes c (3 x 4n bytes),
 //   // the copy reads and writes 4n bytes
 //   course::record_bandwidth("n=2^25", timing, 3.0 * 4 * n, "copy", 2.0 * 4 * n);
@@ -11,7 +14,11 @@
 
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include "course/buffer.h"
+#include "course/compare.h"
 
 namespace course {
 
@@ -35,9 +42,50 @@ TimingStats summarize(std::vector<double> samples_ms);
 struct PairTiming {
     TimingStats learner;
     TimingStats baseline;
+    int checked_calls = 0;  // timed calls whose outputs were checked (TimedOutput)
+    double checking_s = 0;  // host wall time the poisoning and checking took, outside the timing
 };
 
-// Both callables must only enqueue work on the default stream.
+// An output that the code under test must compute again on every timed call. time_against()
+// poisons it before each of the learner's timed calls (outside the timed region) and compares it
+// after the call, on the device, with what the warm-up calls left there: a launcher that skips
+// work on repeated calls, or returns before its kernel has written, leaves the poison and fails
+// the case ("the timed call #i did not compute ..."). The checker verifies the final output
+// against its CPU reference afterwards, as before: every timed call then computed (within
+// `tolerance`) that verified output. Floats compare with `tolerance` (the one the checker
+// verifies the output with: a summation order that changes between calls, atomics), everything
+// else bit for bit. Not for outputs the code also reads (updated in place).
+class TimedOutput {
+  public:
+    enum class Kind { bits, float32, float64 };
+
+    template <class T>
+    TimedOutput(DeviceBuffer<T>& buffer, Tolerance tolerance = Tolerance::exact())
+        : allocation_(&buffer.allocation()), kind_(kind_of<T>()), tolerance_(tolerance) {}
+
+    DeviceAllocation& allocation() const { return *allocation_; }
+    Kind kind() const { return kind_; }
+    const Tolerance& tolerance() const { return tolerance_; }
+
+  private:
+    template <class T>
+    static constexpr Kind kind_of() {
+        if constexpr (std::is_same_v<T, float>) return Kind::float32;
+        if constexpr (std::is_same_v<T, double>) return Kind::float64;
+        return Kind::bits;
+    }
+    DeviceAllocation* allocation_;
+    Kind kind_;
+    Tolerance tolerance_;
+};
+
+// Both callables must only enqueue work on the default stream. With `outputs`, every timed call
+// of `learner` is checked as TimedOutput says; a call that did not compute them throws (the test
+// fails with the reason, and no rate is recorded).
+PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
+                        const std::vector<TimedOutput>& outputs, const BenchOptions& options = {});
+// Without outputs (the output is also an input, or several calls accumulate into it): the
+// checker must prove otherwise that every call did its work, as saxpy_vec4's does.
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
                         const BenchOptions& options = {});
 
@@ -45,14 +93,28 @@ PairTiming time_against(const std::function<void()>& learner, const std::functio
 inline double gb_per_s(double bytes, double ms) { return bytes / (ms * 1e6); }
 inline double tflop_per_s(double flops, double ms) { return flops / (ms * 1e9); }
 
+// A measured rate may exceed what the GPU can physically deliver by this much before the case
+// fails: the DRAM and FP32 peaks on paper (course::gpu()) are upper bounds that no honest kernel
+// reaches, and this margin keeps rounding and clock reporting out of the verdict, while a
+// launcher that skips its work is off by far more (10x, 1000x).
+inline constexpr double kPhysicalCeilingMargin = 1.10;
+
+// Where a case's FLOPs are computed, which sets its physical ceiling: the CUDA cores in float32,
+// or the tensor cores with bf16 inputs and float32 accumulation.
+enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores };
+
 // Record a timed case: the rate of the code under test and of the baseline, each from its median
 // time, as GoogleTest properties (read by the grader), and one printed line. `label` names the
 // size ("n=2^25", "4096x4096x4096"), `baseline` what it ran against ("copy", "cublas_sgemm").
 // Write the napkin math (which reads and writes make the bytes, where the FLOPs come from) beside
-// the call.
+// the call. A rate above the physical ceiling (the GPU's DRAM bandwidth on paper, or the copy
+// timed in the same run, whichever is higher, for GB/s; for TFLOP/s the peak of `units`, FP32 or
+// bf16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot have done
+// the work counted.
 void record_bandwidth(const std::string& label, const PairTiming& timing, double bytes,
                       const std::string& baseline, double baseline_bytes);  // GB/s
 void record_flops(const std::string& label, const PairTiming& timing, double flops,
-                  const std::string& baseline, double baseline_flops);  // TFLOP/s
+                  const std::string& baseline, double baseline_flops,
+                  FlopUnits units = FlopUnits::fp32_cuda_cores);  // TFLOP/s
 
 }  // namespace course

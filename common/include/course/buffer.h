@@ -18,38 +18,55 @@
 
 namespace course {
 
-// Raw bytes with a redzone on each side. The redzones hold a canary byte pattern; any change to
-// them is an out-of-bounds write by the code under test, reported with the buffer's name as a
-// failure of the current test when the buffer is destroyed (so every buffer of every checker is
-// checked without a line of its own), or earlier by redzones_intact().
+// COURSE_EXACT_ALLOCATIONS=1 in the environment: every buffer is allocated at its exact size,
+// without redzones, so that an access past its end leaves the allocation and compute-sanitizer's
+// memcheck reports it (grader sanitize and grader check set it). Read once per process.
+bool exact_allocations();
+
+// Raw bytes with a redzone on each side. The redzones hold a pattern (redzone_pattern: NaN for
+// floats, so that a stray read whose value is used shows in the output; its low bits differ from
+// one allocation to the next, so that a value copied from one buffer's redzone into another's
+// changes it too); any change to them is
+// an out-of-bounds write by the code under test, reported with the buffer's name as a failure of
+// the current test when the buffer is destroyed (so every buffer of every checker is checked
+// without a line of its own), or earlier by redzones_intact(). Under exact_allocations() there
+// are no redzones (and nothing to check).
 class DeviceAllocation {
   public:
     static constexpr std::size_t kRedzoneBytes = 64 * 1024;
 
     DeviceAllocation(std::string name, std::size_t bytes, std::size_t element_bytes,
-                     std::uint64_t poison_bits);
+                     std::uint64_t poison_bits,
+                     std::uint64_t redzone_bits = redzone_pattern<unsigned char>());
     ~DeviceAllocation();
     DeviceAllocation(DeviceAllocation&& other) noexcept;
     DeviceAllocation(const DeviceAllocation&) = delete;
     DeviceAllocation& operator=(const DeviceAllocation&) = delete;
     DeviceAllocation& operator=(DeviceAllocation&&) = delete;
 
-    void* data() const { return static_cast<char*>(base_) + kRedzoneBytes; }
+    void* data() const { return static_cast<char*>(base_) + redzone_bytes_; }
     std::size_t bytes() const { return bytes_; }
+    std::size_t element_bytes() const { return element_bytes_; }
     const std::string& name() const { return name_; }
 
     void poison();  // fill the payload with the poison pattern again
     void upload(const void* host, std::size_t bytes);
-    void download(void* host, std::size_t bytes) const;
-    // Checks both canaries, then re-arms them so that a later check reports only new damage.
-    // The destructor calls it too; call it yourself only to check before the buffer goes.
-    testing::AssertionResult redzones_intact();
+    // `bytes` bytes from byte `offset` of the payload.
+    void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
+    // Checks both redzones, then re-arms them so that a later check reports only new damage.
+    // The destructor calls it too, and DeviceBuffer::download() before it reads; call it yourself
+    // only to check at another time.
+    testing::AssertionResult redzones_intact() const;
 
   private:
+    void fill_redzones() const;
+
     std::string name_;
     std::size_t bytes_;
     std::size_t element_bytes_;
     std::uint64_t poison_;
+    std::uint64_t redzone_;
+    std::size_t redzone_bytes_;
     void* base_ = nullptr;
 };
 
@@ -57,7 +74,8 @@ template <class T>
 class DeviceBuffer {
   public:
     DeviceBuffer(std::string name, std::size_t count)
-        : alloc_(std::move(name), count * sizeof(T), sizeof(T), poison_pattern<T>()),
+        : alloc_(std::move(name), count * sizeof(T), sizeof(T), poison_pattern<T>(),
+                 redzone_pattern<T>()),
           count_(count) {}
     DeviceBuffer(std::string name, const std::vector<T>& host)
         : DeviceBuffer(std::move(name), host.size()) {
@@ -68,19 +86,29 @@ class DeviceBuffer {
     const T* data() const { return static_cast<const T*>(alloc_.data()); }
     std::size_t size() const { return count_; }
     std::size_t bytes() const { return count_ * sizeof(T); }
+    const std::string& name() const { return alloc_.name(); }
+    DeviceAllocation& allocation() { return alloc_; }
 
     void upload(const std::vector<T>& host) {
         if (host.size() != count_)
             throw std::invalid_argument("upload to `" + alloc_.name() + "`: size mismatch");
         alloc_.upload(host.data(), bytes());
     }
-    std::vector<T> download() const {
-        std::vector<T> host(count_);
-        alloc_.download(host.data(), bytes());
+    // The elements, after a check of the redzones inside a test: a write past the end is then
+    // the test's first failure, before the comparison of the values it may have spoiled.
+    std::vector<T> download() const { return download(0, count_); }
+    // Elements [first, first + count): a window of a buffer too large to download whole.
+    std::vector<T> download(std::size_t first, std::size_t count) const {
+        if (first > count_ || count > count_ - first)
+            throw std::invalid_argument("download from `" + alloc_.name() + "`: out of range");
+        if (testing::UnitTest::GetInstance()->current_test_info())
+            EXPECT_TRUE(alloc_.redzones_intact());
+        std::vector<T> host(count);
+        alloc_.download(host.data(), count * sizeof(T), first * sizeof(T));
         return host;
     }
     void poison() { alloc_.poison(); }
-    testing::AssertionResult redzones_intact() { return alloc_.redzones_intact(); }
+    testing::AssertionResult redzones_intact() const { return alloc_.redzones_intact(); }
 
   private:
     DeviceAllocation alloc_;

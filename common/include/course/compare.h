@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,23 +50,33 @@ struct Matrix {
 };
 
 struct CompareOptions {
-    std::string name = "out";          // the buffer's name in messages
-    std::optional<Matrix> matrix;      // report (row, col) and row/column patterns
-    std::size_t show = 5;              // how many wrong elements to list
+    std::string name = "out";      // the buffer's name in messages
+    std::optional<Matrix> matrix;  // report (row, col) and row/column patterns
+    std::size_t show = 5;          // how many wrong elements to list
+    // What the checker can tell about a wrong output that the comparison cannot (the bins were
+    // never zeroed, the first wrong element starts a tile): called only on a failure, and shown
+    // right after the count, before the harness's own patterns and the list of elements, so that
+    // it is among the first lines a learner reads. Return "" when nothing applies.
+    std::function<std::string()> diagnose;
+    // For an output too large to compare whole: the index, in the whole output, of each compared
+    // element (the comparison is of samples; see course/large.h). Messages then name those
+    // indices, and say so when every wrong one lies past 2^31 or 2^32 (32-bit index arithmetic).
+    std::vector<std::size_t> indices;
 };
 
 namespace detail {
 
 // What the comparison saw; turned into words by explain(). Host-only and testable.
 struct Mismatches {
-    std::size_t total = 0;                // elements compared
-    std::size_t wrong = 0;                // elements outside the tolerance
-    std::size_t never_written = 0;        // wrong elements that still hold the poison
+    std::size_t total = 0;          // elements compared
+    std::size_t wrong = 0;          // elements outside the tolerance
+    std::size_t never_written = 0;  // wrong elements that still hold the poison
+    std::size_t other_nan = 0;      // wrong elements that are NaN, but not the poison
     std::size_t first_wrong = 0;
     std::size_t last_wrong = 0;
     std::size_t min_row = 0, max_row = 0, min_col = 0, max_col = 0;
-    bool all_zero_output = true;          // every element of got is exactly 0
-    bool reference_nonzero = false;       // some element of want is not 0
+    bool all_zero_output = true;     // every element of got is exactly 0
+    bool reference_nonzero = false;  // some element of want is not 0
     struct Example {
         std::size_t index;
         double got, want;

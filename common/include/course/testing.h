@@ -1,5 +1,6 @@
-// The one include of a checker: GoogleTest, device buffers, seeded inputs, comparison, timing,
-// and the fixture that skips with a reason when the GPU is missing or too old.
+// The one include of a checker: GoogleTest, device buffers, seeded inputs (on the host, or hashed
+// on the device), comparison, timing, the cases past 2^31 elements, and the fixture that skips
+// with a reason when the GPU is missing or too old.
 //
 //   class VectorAdd : public course::GpuTest {};
 //   TEST_F(VectorAdd, EdgeSizes) { auto rng = test_rng(); ... }
@@ -14,16 +15,19 @@
 #include "course/check.h"
 #include "course/compare.h"
 #include "course/gpu.h"
+#include "course/hashed.h"
+#include "course/large.h"
 #include "course/random.h"
 
 #ifndef COURSE_MIN_SM
-#error "COURSE_MIN_SM comes from the manifest's min_sm through course_exercise() (cmake/Course.cmake)"
+#error \
+    "COURSE_MIN_SM comes from the manifest's min_sm through course_exercise() (cmake/Course.cmake)"
 #endif
 
 namespace course {
 
 class GpuTest : public testing::Test {
-protected:
+  protected:
     void SetUp() override {
         RecordProperty("seed", std::to_string(run_seed()));
         if (auto reason = gpu_skip_reason(COURSE_MIN_SM)) {

@@ -30,6 +30,8 @@ enum cudaMemcpyKind {
 };
 enum cudaDeviceAttr {
     cudaDevAttrMultiProcessorCount,
+    cudaDevAttrClockRate,
+    cudaDevAttrMemoryClockRate,
     cudaDevAttrMaxSharedMemoryPerBlockOptin,
     cudaDevAttrClusterLaunch,
 };
@@ -42,7 +44,7 @@ using dim3 = Dim3;
 
 struct cudaDeviceProp {
     char name[256];
-    int major, minor, multiProcessorCount, l2CacheSize;
+    int major, minor, multiProcessorCount, l2CacheSize, memoryBusWidth;
     std::size_t totalGlobalMem;
 };
 struct cudaFuncAttributes {
@@ -84,20 +86,25 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int) {
     prop->minor = sm % 10;
     prop->multiProcessorCount = 132;
     prop->l2CacheSize = 50 << 20;
+    prop->memoryBusWidth = 5120;
     prop->totalGlobalMem = std::size_t(8) << 30;
     return cudaSuccess;
 }
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int) {
     switch (attribute) {
         case cudaDevAttrMultiProcessorCount: *value = 132; break;
+        case cudaDevAttrClockRate: *value = 1980000; break;  // kHz, an H100 SXM's
+        case cudaDevAttrMemoryClockRate: *value = 2619000; break;
         case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(emu::optin_bytes()); break;
         case cudaDevAttrClusterLaunch: *value = emu::env_or("EMU_CLUSTERS", 1); break;
     }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
-    *total_bytes = std::size_t(8) << 30;
-    *free_bytes = std::size_t(512) << 20;  // the timing cases (256 MB and more) skip
+    // The timing cases (256 MB and more) and the cases past 2^31 elements skip; a GPU this small
+    // has no memory to wait for (course/large.h).
+    *total_bytes = std::size_t(512) << 20;
+    *free_bytes = *total_bytes;
     return cudaSuccess;
 }
 inline const char* cudaGetErrorName(cudaError_t error) {

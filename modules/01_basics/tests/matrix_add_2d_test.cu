@@ -1,7 +1,7 @@
 // Checker of 01_basics/matrix_add_2d: shapes with partial blocks on both edges, non-square ones
 // (for swapped x and y) and leading dimensions wider than the rows (for r * cols used in place of
 // r * ld, and for writes into the padding), then the bandwidth on a 256 MiB+ problem against a
-// device-to-device copy timed in the same run.
+// device-to-device copy timed in the same run, then more than 2^31 elements (64-bit offsets).
 //
 // C's padding starts as the poison (NaN) and must still be NaN afterwards. A's and B's padding
 // hold random numbers, so a kernel that adds ld columns instead of cols leaves numbers there.
@@ -81,7 +81,9 @@ TEST_F(MatrixAdd2d, Bandwidth) {
     // any L2, so this measures device memory.
     const Shape shape{8192, 4096, 4096};
     const std::size_t count = shape.rows * shape.ld;
-    COURSE_REQUIRE_MEMORY(4 * count * sizeof(float) + (256u << 20));
+    // A, B, C, the copy's destination and the harness's copy of C (every timed call is checked
+    // against it), plus the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(5 * count * sizeof(float) + (256u << 20));
     SCOPED_TRACE(describe(shape));
     auto rng = test_rng();
     const auto a = course::random_floats(count, -1.0f, 1.0f, rng);
@@ -93,7 +95,8 @@ TEST_F(MatrixAdd2d, Bandwidth) {
             matrix_add_2d(d_a.data(), d_b.data(), d_c.data(), static_cast<int>(shape.rows),
                           static_cast<int>(shape.cols), static_cast<int>(shape.ld));
         },
-        [&] { course::baseline::device_copy(d_copy.data(), d_a.data(), count * sizeof(float)); });
+        [&] { course::baseline::device_copy(d_copy.data(), d_a.data(), count * sizeof(float)); },
+        {course::TimedOutput(d_c, course::Tolerance::float32())});
 
     // The timed output must be right too.
     expect_sum_and_untouched_padding(d_c.download(), a, b, shape);
@@ -102,6 +105,42 @@ TEST_F(MatrixAdd2d, Bandwidth) {
     const double elements = static_cast<double>(shape.rows * shape.cols);
     course::record_bandwidth("8192x4096", timing, 3.0 * sizeof(float) * elements, "copy",
                              2.0 * sizeof(float) * elements);
+}
+
+TEST_F(MatrixAdd2d, MoreThan2To31Elements) {
+    // 40000 rows of 53687 columns in rows of 53690 floats: rows * ld = 2147600000, just past
+    // 2^31, where a row offset row * ld held in an int overflows. 8.6 GB per matrix, the inputs
+    // made on the device; C compared in windows around 2^31 and the ends, padding included.
+    const Shape shape{40000, 53687, 53690};
+    const std::size_t count = shape.rows * shape.ld;
+    COURSE_LARGE_CASE(3 * count * sizeof(float) + (64u << 20));
+    SCOPED_TRACE(describe(shape) + ", inputs made on the device");
+    auto rng = test_rng();
+    const std::uint64_t seed_a = rng.next_u64(), seed_b = rng.next_u64();
+    course::DeviceBuffer<float> d_c("C", count), d_a("A", count), d_b("B", count);
+    course::fill_uniform(d_a.data(), count, seed_a, -1.0f, 1.0f);
+    course::fill_uniform(d_b.data(), count, seed_b, -1.0f, 1.0f);
+
+    course::run_large_case([&] {
+        matrix_add_2d(d_a.data(), d_b.data(), d_c.data(), static_cast<int>(shape.rows),
+                      static_cast<int>(shape.cols), static_cast<int>(shape.ld));
+    });
+
+    // Flat indices of C's buffer: a sum in the rows' first cols floats, the untouched poison
+    // (NaN) in their padding.
+    const auto sums = [&](const course::Window& w) {
+        std::vector<float> c(w.count);
+        for (std::size_t k = 0; k < w.count; ++k) {
+            const std::size_t i = w.first + k;
+            c[k] = i % shape.ld < shape.cols ? course::hashed::uniform(i, seed_a, -1.0f, 1.0f) +
+                                                   course::hashed::uniform(i, seed_b, -1.0f, 1.0f)
+                                             : std::numeric_limits<float>::quiet_NaN();
+        }
+        return c;
+    };
+    EXPECT_TRUE(course::expect_windows_close(d_c, course::windows_past_int_range(count, rng), sums,
+                                             course::Tolerance::float32(),
+                                             {"C (flat index r * ld + c)"}));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Checker of 01_basics/saxpy_vec4: arrays that start 0, 1, 2 or 3 floats past a 16-byte boundary
 // (so the head is 0, 3, 2 or 1 floats long) times lengths that leave every tail length, then the
-// bandwidth on 2^25 floats against a device-to-device copy timed in the same run.
+// bandwidth on 2^25 floats against a device-to-device copy timed in the same run, then more than
+// 2^31 floats (64-bit indices).
 //
 // y is updated in place, so an element that is skipped keeps its old value and one that is
 // updated twice gains a * x[i] twice: both are far outside the tolerance, because a and x are
@@ -100,6 +101,42 @@ TEST_F(SaxpyVec4, Bandwidth) {
     // saxpy reads x and y and writes y: 3 * 4n bytes. The copy reads and writes 4n bytes each.
     course::record_bandwidth("n=2^25", timing, 3.0 * sizeof(float) * n, "copy",
                              2.0 * sizeof(float) * n);
+}
+
+TEST_F(SaxpyVec4, MoreThan2To31Elements) {
+    // 2^31 + 2^20 + 6 floats (8.6 GB per array), x and y one float past a 16-byte boundary: a
+    // head of 3, float4s across 2^31, a tail of 3 past it. An index held in an int overflows at
+    // 2^31.
+    const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 20) + 6, offset = 1;
+    COURSE_LARGE_CASE(2 * (n + offset) * sizeof(float) + (64u << 20));
+    SCOPED_TRACE(
+        "n = 2^31 + 2^20 + 6, x and y 1 float past a 16-byte boundary, inputs made on "
+        "the device");
+    auto rng = test_rng();
+    const std::uint64_t seed_x = rng.next_u64(), seed_y = rng.next_u64();
+    const float a = 1.5f;
+    course::DeviceBuffer<float> d_x("x", n + offset), d_y("y", n + offset);
+    // Element i of x and y is the hashed value of i + offset: the buffers' first float is padding.
+    course::fill_uniform(d_x.data(), n + offset, seed_x, 0.5f, 1.5f);
+    course::fill_uniform(d_y.data(), n + offset, seed_y, -1.0f, 1.0f);
+
+    course::run_large_case([&] { saxpy_vec4(a, d_x.data() + offset, d_y.data() + offset, n); });
+
+    // The windows are of the whole buffer y (index = element + 1); the padding float must keep
+    // its value.
+    const auto updated = [&](const course::Window& w) {
+        std::vector<double> y(w.count);
+        for (std::size_t k = 0; k < w.count; ++k) {
+            const std::size_t i = w.first + k;
+            const double y0 = course::hashed::uniform(i, seed_y, -1.0f, 1.0f);
+            y[k] =
+                i < offset ? y0 : a * double(course::hashed::uniform(i, seed_x, 0.5f, 1.5f)) + y0;
+        }
+        return y;
+    };
+    EXPECT_TRUE(course::expect_windows_close(d_y, course::windows_past_int_range(n + offset, rng),
+                                             updated, course::Tolerance::float32(2, a),
+                                             {"y's buffer (y[i] at index i + 1)"}));
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include "course/baselines.h"
 #include "course/reference/block_sums.h"
 #include "course/testing.h"
-#include "hashed_inputs.cuh"
 
 namespace partials_checks {
 
@@ -29,9 +28,9 @@ __host__ __device__ inline float small_nonzero_int(std::uint64_t bits) {
     return bits & 8 ? -magnitude : magnitude;
 }
 
-// The small integer of element i of an input made on the device (hashed_inputs.cuh).
+// The small integer of element i of an input made on the device (course/hashed.h).
 __host__ __device__ inline float hashed_input(std::size_t i, std::uint64_t seed) {
-    return small_nonzero_int(hashed_inputs::bits(i, seed));
+    return small_nonzero_int(course::hashed::bits(i, seed));
 }
 
 // in[i] = hashed_input(i, seed): 8 GiB of input made in milliseconds instead of uploaded.
@@ -93,6 +92,24 @@ inline void check_random(const Exercise& ex, std::size_t n, course::Rng& rng) {
                    course::Tolerance::float32(ex.slice, 0.5));
 }
 
+// What wrong partials of the case past 2^31 elements suggest: when every partial whose slice lies
+// below element 2^31 is right and the first wrong one's slice reaches past it, 32-bit indices.
+inline std::string diagnose_beyond_int_range(const std::vector<float>& got,
+                                             const std::vector<float>& want, std::size_t slice) {
+    constexpr std::size_t kTwoTo31 = std::size_t{1} << 31;
+    for (std::size_t b = 0; b < got.size(); ++b) {
+        if (got[b] == want[b]) continue;
+        if ((b + 1) * slice <= kTwoTo31) return "";
+        return "every partial of a slice below element 2^31 = 2147483648 is right, and the first "
+               "wrong one, partials[" +
+               std::to_string(b) +
+               "], sums the slice that reaches past "
+               "it: an element index computed in 32-bit int arithmetic overflows at 2^31. "
+               "Compute it in std::size_t (widen blockIdx.x before multiplying)";
+    }
+    return "";
+}
+
 // n just above 2^31 (8 GiB of floats): an element index held in an int overflows here (it goes
 // negative: a crash or a wrong sum). The input is made on the device and the reference computed
 // there from the same formula, which keeps the case to a fraction of a second.
@@ -100,7 +117,7 @@ inline void check_beyond_int_range(const Exercise& ex, course::Rng& rng) {
     // 2^31 + 4099: 4099 is not a multiple of 4, of 512 or of 4096, so the last slice is short.
     const std::size_t n = (std::size_t{1} << 31) + 4099;
     const std::size_t count = course::ceil_div(n, ex.slice);
-    COURSE_REQUIRE_MEMORY(n * sizeof(float) + 2 * count * sizeof(float) + (64u << 20));
+    COURSE_LARGE_CASE(n * sizeof(float) + 2 * count * sizeof(float) + (64u << 20));
     SCOPED_TRACE(describe_case(n, ex.slice) + " (input: small integers made on the device)");
     const std::uint64_t seed = rng.next_u64();
     course::DeviceBuffer<float> d_in("in", n);
@@ -111,10 +128,12 @@ inline void check_beyond_int_range(const Exercise& ex, course::Rng& rng) {
         d_want.data(), n, ex.slice, seed);
     CUDA_CHECK_LAUNCH();
 
-    ex.reduce(d_in.data(), n, d_partials.data());
+    course::run_large_case([&] { ex.reduce(d_in.data(), n, d_partials.data()); });
 
-    EXPECT_TRUE(course::expect_close(d_partials.download(), d_want.download(),
-                                     course::Tolerance::exact(), {"partials"}));
+    const auto got = d_partials.download(), want = d_want.download();
+    course::CompareOptions options{"partials"};
+    options.diagnose = [&] { return diagnose_beyond_int_range(got, want, ex.slice); };
+    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), options));
 }
 
 // Bandwidth on 2^26 floats (256 MiB, far above any L2) against a device copy of the same input.
@@ -124,16 +143,18 @@ inline void time_bandwidth(const Exercise& ex, course::Rng& rng) {
     COURSE_REQUIRE_MEMORY(2 * n * sizeof(float) + (256u << 20));
     const auto in = course::random_floats(n, -1.0f, 1.0f, rng);
     course::DeviceBuffer<float> d_in("in", in), d_partials("partials", count), d_copy("copy", n);
+    const auto tolerance = course::Tolerance::float32(ex.slice, 0.5);
 
     const auto timing = course::time_against(
         [&] { ex.reduce(d_in.data(), n, d_partials.data()); },
-        [&] { course::baseline::device_copy(d_copy.data(), d_in.data(), n * sizeof(float)); });
+        [&] { course::baseline::device_copy(d_copy.data(), d_in.data(), n * sizeof(float)); },
+        {course::TimedOutput(d_partials, tolerance)});
 
     // The timed output must be right too.
     SCOPED_TRACE(describe_case(n, ex.slice));
     EXPECT_TRUE(course::expect_close(d_partials.download(),
-                                     course::reference::block_sums(in, ex.slice),
-                                     course::Tolerance::float32(ex.slice, 0.5), {"partials"}));
+                                     course::reference::block_sums(in, ex.slice), tolerance,
+                                     {"partials"}));
     // The reduction reads the n floats once and writes `count` partials: 4 * (n + count) bytes.
     // The copy reads and writes 4n bytes each.
     course::record_bandwidth("n=2^26", timing, sizeof(float) * (n + count), "copy",

@@ -1,8 +1,8 @@
 // Checker of 02_memory/reduce_shared: every block's partial, exactly, on small-integer inputs of
 // the sizes around a block's 512-element slice (a short last slice, one element, many blocks),
-// then on random floats, then beyond 2^31 elements, then the bandwidth on 2^26 floats against a
-// device-to-device copy timed in the same run. The cases live in partials_checks.cuh, shared
-// with reduce_warp.
+// then on random floats, then the bandwidth on 2^26 floats against a device-to-device copy timed
+// in the same run, then beyond 2^31 elements (last: course/large.h). The cases live in
+// partials_checks.cuh, shared with reduce_warp.
 #include "partials_checks.cuh"
 #include "reduce_shared.h"
 
@@ -31,14 +31,14 @@ TEST_F(ReduceShared, RandomFloats) {
     }
 }
 
-TEST_F(ReduceShared, IndexBeyondIntRange) {
-    auto rng = test_rng();
-    partials_checks::check_beyond_int_range(kReduceShared, rng);
-}
-
 TEST_F(ReduceShared, Bandwidth) {
     auto rng = test_rng();
     partials_checks::time_bandwidth(kReduceShared, rng);
+}
+
+TEST_F(ReduceShared, IndexBeyondIntRange) {
+    auto rng = test_rng();
+    partials_checks::check_beyond_int_range(kReduceShared, rng);
 }
 
 }  // namespace

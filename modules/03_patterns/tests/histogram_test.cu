@@ -1,6 +1,8 @@
 // Checker of 03_patterns/histogram: uniform bytes, a skewed input (90% one value) and a single
 // value repeated (every thread on the same counter), at sizes around a warp, around 256 and a
-// uint4, a prime and 2^24 + 3; then 2^28 bytes timed against CUB, uniform and single-valued.
+// uint4, a prime and 2^24 + 3; then 2^28 bytes timed against CUB, uniform and single-valued;
+// then more than 2^31 bytes.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,21 +34,48 @@ std::vector<std::uint8_t> skewed_bytes(std::size_t n, std::uint8_t common, cours
     return bytes;
 }
 
-// What the wrong counts suggest: bins never zeroed, bytes lost or doubled, or bytes in the
-// wrong bins.
+constexpr const char* kZeroedHint =
+    "were all the shared-memory counters zeroed before counting? Zero every one, whatever the "
+    "block size (a loop from threadIdx.x in steps of blockDim.x), then __syncthreads()";
+
+// What the wrong counts suggest: bins never zeroed (all of them, or a part of the shared
+// counters), bytes lost or doubled (past 2^31?), or bytes in the wrong bins.
 std::string diagnose(const std::vector<unsigned int>& got, const std::vector<std::uint64_t>& want,
                      std::size_t n) {
-    bool off_by_poison = true;
+    bool off_by_poison = true, wrong_ones_too_high = true;
     std::uint64_t total = 0;
+    std::size_t first_wrong = got.size(), last_wrong = 0, wrong = 0;
     for (std::size_t v = 0; v < got.size(); ++v) {
         // unsigned arithmetic wraps: counting on top of the garbage leaves exactly the garbage.
         off_by_poison &= got[v] - static_cast<unsigned int>(want[v]) ==
                          static_cast<unsigned int>(course::poison_pattern<unsigned int>());
         total += got[v];
+        if (got[v] != want[v]) {
+            ++wrong;
+            first_wrong = std::min(first_wrong, v);
+            last_wrong = v;
+            wrong_ones_too_high &= got[v] > want[v];
+        }
     }
     if (off_by_poison)
         return "every bin is off by exactly the garbage the checker put in `bins` before the "
                "call: the launcher must zero the bins first (cudaMemsetAsync)";
+    // Counters left with what the block before had counted: a range of bins, each too high.
+    if (wrong < got.size() && wrong == last_wrong - first_wrong + 1 && wrong > 1 &&
+        wrong_ones_too_high)
+        return "only bins " + std::to_string(first_wrong) + ".." + std::to_string(last_wrong) +
+               " are wrong, each too high, every other bin is exact: " + kZeroedHint;
+    constexpr std::size_t kTwoTo31 = std::size_t{1} << 31;
+    if (total < n && n > kTwoTo31)
+        return "the counts add up to " + std::to_string(total) + ", but there are " +
+               std::to_string(n) +
+               " bytes: bytes past 2^31 were not counted? An index computed in 32-bit int "
+               "arithmetic overflows at 2^31: compute byte and chunk indices in std::size_t";
+    if (total > n)
+        return "the counts add up to " + std::to_string(total) + ", more than the " +
+               std::to_string(n) + " bytes: " + kZeroedHint +
+               ". Or were bytes counted twice, or read past the end of data (the harness keeps "
+               "bytes 160..167 there)?";
     if (total != n)
         return "the counts add up to " + std::to_string(total) + ", but there are " +
                std::to_string(n) +
@@ -57,14 +86,19 @@ std::string diagnose(const std::vector<unsigned int>& got, const std::vector<std
            "taken with the right shift and mask?";
 }
 
+// `got` against the exact counts, with what the wrong ones suggest.
+testing::AssertionResult counts_match(const std::vector<unsigned int>& got,
+                                      const std::vector<std::uint64_t>& want, std::size_t n) {
+    course::CompareOptions options{"bins"};
+    options.diagnose = [&] { return diagnose(got, want, n); };
+    return course::expect_close(got, want, course::Tolerance::exact(), options);
+}
+
 void check_histogram(const std::vector<std::uint8_t>& data) {
     const course::DeviceBuffer<std::uint8_t> d_data("data", data);
     course::DeviceBuffer<unsigned int> bins("bins", 256);  // holds the poison: not zeroed
     histogram_256(d_data.data(), data.size(), bins.data());
-    const auto got = bins.download();
-    const auto want = course::reference::histogram_256(data);
-    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"bins"}))
-        << diagnose(got, want, data.size());
+    EXPECT_TRUE(counts_match(bins.download(), course::reference::histogram_256(data), data.size()));
 }
 
 // 1: one byte; 31/33: around a warp; 255/256/257: around the bin count and a multiple of 16
@@ -106,12 +140,10 @@ void time_against_cub(const std::vector<std::uint8_t>& data, const std::string& 
 
     const auto timing = course::time_against(
         [&] { histogram_256(d_data.data(), n, bins.data()); },
-        [&] { course::baseline::cub_histogram_256(d_data.data(), n, cub_bins.data()); });
+        [&] { course::baseline::cub_histogram_256(d_data.data(), n, cub_bins.data()); },
+        {course::TimedOutput(bins)});
 
-    const auto got = bins.download();
-    const auto want = course::reference::histogram_256(data);
-    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"bins"}))
-        << diagnose(got, want, n);
+    EXPECT_TRUE(counts_match(bins.download(), course::reference::histogram_256(data), n));
     // Both read the n input bytes once (and write 256 counters).
     course::record_bandwidth(label, timing, static_cast<double>(n), "cub_histogram_256",
                              static_cast<double>(n));
@@ -131,6 +163,29 @@ TEST_F(Histogram, BandwidthOneValue) {
     auto rng = test_rng();
     const auto value = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
     time_against_cub(std::vector<std::uint8_t>(kTimedN, value), "n=2^28 one value");
+}
+
+TEST_F(Histogram, MoreThan2To31Bytes) {
+    // 2^31 + 2^24 + 7 bytes (2.2 GB): past 2^31, where a byte index held in an int overflows; 7
+    // bytes after the last uint4. The bytes repeat every kPeriod (a prime): the counts are then
+    // (n / kPeriod) times a period's plus those of the first n % kPeriod bytes of one.
+    constexpr std::size_t kPeriod = 1000003;
+    const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 24) + 7;
+    COURSE_LARGE_CASE(n + (64u << 20));
+    SCOPED_TRACE("n = 2^31 + 2^24 + 7, bytes made on the device, repeating every " +
+                 std::to_string(kPeriod));
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    course::DeviceBuffer<std::uint8_t> d_data("data", n);
+    course::fill_bytes(d_data.data(), n, seed, kPeriod);
+    course::DeviceBuffer<unsigned int> bins("bins", 256);
+
+    course::run_large_case([&] { histogram_256(d_data.data(), n, bins.data()); });
+
+    std::vector<std::uint64_t> want(256, 0);
+    for (std::size_t k = 0; k < kPeriod; ++k)
+        want[course::hashed::byte(k, seed)] += n / kPeriod + (k < n % kPeriod ? 1 : 0);
+    EXPECT_TRUE(counts_match(bins.download(), want, n));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Checker of 03_patterns/reduce_full: small-integer inputs whose float sum is exact (a skipped or
 // doubled element shows), one-hot inputs at the first, last and block-boundary positions, random
-// inputs with a tolerance derived from n, a sum of more than 2^31 elements, then the bandwidth
-// against CUB (2^26 floats) and against a device copy (2^27 floats).
+// inputs with a tolerance derived from n, then the bandwidth against CUB (2^26 floats) and against
+// a device copy (2^27 floats), then a sum of more than 2^31 elements (last: course/large.h).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -25,8 +25,12 @@ float reduce_on_device(const course::DeviceBuffer<float>& in) {
     return got;
 }
 
-testing::AssertionResult sum_matches(float got, double want, const course::Tolerance& tol) {
-    return course::expect_close(std::vector<float>{got}, std::vector<double>{want}, tol, {"out"});
+// `diagnosis`: what a wrong sum of this case suggests, shown before the numbers.
+testing::AssertionResult sum_matches(float got, double want, const course::Tolerance& tol,
+                                     const std::string& diagnosis = "") {
+    course::CompareOptions options{"out"};
+    options.diagnose = [&] { return diagnosis; };
+    return course::expect_close(std::vector<float>{got}, std::vector<double>{want}, tol, options);
 }
 
 // Nonzero integers in [-4, 4]: every partial sum of any order stays far below 2^24, so the float
@@ -52,9 +56,9 @@ TEST_F(ReduceFull, ExactSumsOfSmallIntegers) {
         const auto values = small_nonzero_integers(n, rng);
         const course::DeviceBuffer<float> in("in", values);
         EXPECT_TRUE(sum_matches(reduce_on_device(in), course::reference::sum(values),
-                                course::Tolerance::exact()))
-            << "the exact sum differs: some elements were skipped or added twice (the tail? a "
-               "block boundary? the partials of some blocks?)";
+                                course::Tolerance::exact(),
+                                "the exact sum differs: some elements were skipped or added twice "
+                                "(the tail? a block boundary? the partials of some blocks?)"));
     }
 }
 
@@ -73,9 +77,10 @@ TEST_F(ReduceFull, OneHotAtBoundaries) {
         values[position] = 1.0f;
         in.upload(values);
         const float got = reduce_on_device(in);
-        EXPECT_TRUE(sum_matches(got, 1.0, course::Tolerance::exact()))
-            << "the sum of a one-hot input is 1: 0 means in[" << position
-            << "] was never added, 2 that it was added twice";
+        EXPECT_TRUE(sum_matches(got, 1.0, course::Tolerance::exact(),
+                                "the sum of a one-hot input is 1: 0 means in[" +
+                                    std::to_string(position) +
+                                    "] was never added, 2 that it was added twice"));
         values[position] = 0.0f;
     }
 }
@@ -89,6 +94,53 @@ TEST_F(ReduceFull, RandomFloats) {
         EXPECT_TRUE(sum_matches(reduce_on_device(in), course::reference::sum(values),
                                 course::Tolerance::float32(n, 1.0)));
     }
+}
+
+// The timed inputs are far above any L2, so they measure device memory: 2^26 floats (256 MiB)
+// against CUB, 2^27 (512 MiB) against the copy. The copy case is larger because its fixed costs
+// (a launch, writing back what the L2 flush left dirty) weigh twice as much next to a read-only
+// kernel as next to the copy: at 2^27 they no longer hide how close to streaming speed it is.
+constexpr std::size_t kCubN = std::size_t{1} << 26;
+constexpr std::size_t kCopyN = std::size_t{1} << 27;
+
+TEST_F(ReduceFull, BandwidthAgainstCub) {
+    const std::size_t n = kCubN;
+    COURSE_REQUIRE_MEMORY(n * sizeof(float) + (256u << 20));
+    auto rng = test_rng();
+    const auto values = course::random_floats(n, -1.0f, 1.0f, rng);
+    const course::DeviceBuffer<float> in("in", values);
+    course::DeviceBuffer<float> out("out", 1), cub_out("cub_out", 1);
+    const auto tolerance = course::Tolerance::float32(n, 1.0);
+
+    const auto timing = course::time_against(
+        [&] { reduce_full(in.data(), n, out.data()); },
+        [&] { course::baseline::cub_reduce_sum(in.data(), cub_out.data(), n); },
+        {course::TimedOutput(out, tolerance)});
+
+    // The timed output must be right too (after hundreds of calls: scratch reused correctly).
+    EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values), tolerance));
+    // Both read the 4n input bytes once (and write one float): bytes = 4n for both.
+    course::record_bandwidth("n=2^26 vs CUB", timing, 4.0 * n, "cub_reduce_sum", 4.0 * n);
+}
+
+TEST_F(ReduceFull, BandwidthAgainstCopy) {
+    const std::size_t n = kCopyN;
+    COURSE_REQUIRE_MEMORY(2 * n * sizeof(float) + (256u << 20));
+    auto rng = test_rng();
+    const auto values = course::random_floats(n, -1.0f, 1.0f, rng);
+    const course::DeviceBuffer<float> in("in", values);
+    course::DeviceBuffer<float> out("out", 1), copy("copy", n);
+    const auto tolerance = course::Tolerance::float32(n, 1.0);
+
+    const auto timing = course::time_against(
+        [&] { reduce_full(in.data(), n, out.data()); },
+        [&] { course::baseline::device_copy(copy.data(), in.data(), n * sizeof(float)); },
+        {course::TimedOutput(out, tolerance)});
+
+    EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values), tolerance));
+    // reduce_full reads 4n bytes; the copy reads 4n and writes 4n: each rate counts the bytes
+    // that cross the memory bus, so the ratio says how close the sum comes to streaming speed.
+    course::record_bandwidth("n=2^27 vs copy", timing, 4.0 * n, "copy", 2.0 * 4.0 * n);
 }
 
 // in[i] = 1 + (i >> 28): small integers, exact as floats, a different value in every 2^28-element
@@ -113,62 +165,20 @@ double sum_of_stretches(std::size_t n) {
 TEST_F(ReduceFull, MoreThan2To31Elements) {
     // 2^31 + 2^28 + 5 floats (9.7 GB): indices past 2^31 - 1 do not fit in an int.
     const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 28) + 5;
-    COURSE_REQUIRE_MEMORY(n * sizeof(float) + (256u << 20));
+    COURSE_LARGE_CASE(n * sizeof(float) + (64u << 20));
     SCOPED_TRACE("n = 2^31 + 2^28 + 5, in[i] = 1 + (i >> 28)");
     course::DeviceBuffer<float> in("in", n);
     fill_stretches<<<4096, 256>>>(in.data(), n);
     CUDA_CHECK_LAUNCH();
+    course::DeviceBuffer<float> out("out", 1);
+    course::run_large_case([&] { reduce_full(in.data(), n, out.data()); });
     // A float sum of 2.4e9 elements rounds: the tolerance grows with n, and the elements past
     // 2^31 (values 9 and 10) are 20% of the total, far outside it.
-    EXPECT_TRUE(
-        sum_matches(reduce_on_device(in), sum_of_stretches(n), course::Tolerance::float32(n, 10.0)))
-        << "wrong sum of more than 2^31 elements: is every index a std::size_t (an int or an "
-           "unsigned int overflows past 2^31 or 2^32)?";
-}
-
-// The timed inputs are far above any L2, so they measure device memory: 2^26 floats (256 MiB)
-// against CUB, 2^27 (512 MiB) against the copy. The copy case is larger because its fixed costs
-// (a launch, writing back what the L2 flush left dirty) weigh twice as much next to a read-only
-// kernel as next to the copy: at 2^27 they no longer hide how close to streaming speed it is.
-constexpr std::size_t kCubN = std::size_t{1} << 26;
-constexpr std::size_t kCopyN = std::size_t{1} << 27;
-
-TEST_F(ReduceFull, BandwidthAgainstCub) {
-    const std::size_t n = kCubN;
-    COURSE_REQUIRE_MEMORY(n * sizeof(float) + (256u << 20));
-    auto rng = test_rng();
-    const auto values = course::random_floats(n, -1.0f, 1.0f, rng);
-    const course::DeviceBuffer<float> in("in", values);
-    course::DeviceBuffer<float> out("out", 1), cub_out("cub_out", 1);
-
-    const auto timing = course::time_against(
-        [&] { reduce_full(in.data(), n, out.data()); },
-        [&] { course::baseline::cub_reduce_sum(in.data(), cub_out.data(), n); });
-
-    // The timed output must be right too (after hundreds of calls: scratch reused correctly).
-    EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values),
-                            course::Tolerance::float32(n, 1.0)));
-    // Both read the 4n input bytes once (and write one float): bytes = 4n for both.
-    course::record_bandwidth("n=2^26 vs CUB", timing, 4.0 * n, "cub_reduce_sum", 4.0 * n);
-}
-
-TEST_F(ReduceFull, BandwidthAgainstCopy) {
-    const std::size_t n = kCopyN;
-    COURSE_REQUIRE_MEMORY(2 * n * sizeof(float) + (256u << 20));
-    auto rng = test_rng();
-    const auto values = course::random_floats(n, -1.0f, 1.0f, rng);
-    const course::DeviceBuffer<float> in("in", values);
-    course::DeviceBuffer<float> out("out", 1), copy("copy", n);
-
-    const auto timing = course::time_against(
-        [&] { reduce_full(in.data(), n, out.data()); },
-        [&] { course::baseline::device_copy(copy.data(), in.data(), n * sizeof(float)); });
-
-    EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values),
-                            course::Tolerance::float32(n, 1.0)));
-    // reduce_full reads 4n bytes; the copy reads 4n and writes 4n: each rate counts the bytes
-    // that cross the memory bus, so the ratio says how close the sum comes to streaming speed.
-    course::record_bandwidth("n=2^27 vs copy", timing, 4.0 * n, "copy", 2.0 * 4.0 * n);
+    EXPECT_TRUE(sum_matches(out.download()[0], sum_of_stretches(n),
+                            course::Tolerance::float32(n, 10.0),
+                            "wrong sum of more than 2^31 elements: an index computed in 32-bit "
+                            "int arithmetic overflows at 2^31 (an unsigned one at 2^32): is every "
+                            "index a std::size_t?"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Checker of 03_patterns/scan_block: random tiles of every shape (a single element, around a
 // warp, around the tile, many tiles with a partial last one), an all-ones input whose answer is
-// easy to read, then the bandwidth on 2^26 ints next to a device copy (reported, no target).
+// easy to read, then the bandwidth on 2^26 ints next to a device copy (reported, no target),
+// then more than 2^31 elements.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,15 +37,21 @@ std::string first_wrong_in_tiles(const std::vector<int>& got,
     return "";
 }
 
+// `got` against `want`, with where the first wrong element lies in tile terms.
+testing::AssertionResult scans_match(const std::vector<int>& got,
+                                     const std::vector<std::int64_t>& want) {
+    course::CompareOptions options{"out"};
+    options.diagnose = [&] { return first_wrong_in_tiles(got, want); };
+    return course::expect_close(got, want, course::Tolerance::exact(), options);
+}
+
 void check_scan_block(const std::vector<int>& values) {
     const std::size_t n = values.size();
     const course::DeviceBuffer<int> in("in", values);
     course::DeviceBuffer<int> out("out", n);
     scan_block(in.data(), out.data(), n);
-    const auto got = out.download();
-    const auto want = course::reference::inclusive_scan_per_tile(values, kScanBlockTile);
-    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"out"}))
-        << first_wrong_in_tiles(got, want);
+    EXPECT_TRUE(scans_match(out.download(),
+                            course::reference::inclusive_scan_per_tile(values, kScanBlockTile)));
 }
 
 TEST_F(ScanBlock, RandomTiles) {
@@ -68,9 +75,10 @@ TEST_F(ScanBlock, AllOnes) {
 }
 
 TEST_F(ScanBlock, BandwidthAgainstCopy) {
-    // 2^26 ints: in, out and the copy's destination are 256 MiB each, far above any L2.
+    // 2^26 ints: in, out, the copy's destination and the harness's copy of out are 256 MiB
+    // each, far above any L2.
     const std::size_t n = std::size_t{1} << 26;
-    COURSE_REQUIRE_MEMORY(3 * n * sizeof(int) + (256u << 20));
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(int) + (256u << 20));
     auto rng = test_rng();
     const auto values = course::random_ints(n, -1000, 1000, rng);
     const course::DeviceBuffer<int> in("in", values);
@@ -78,14 +86,42 @@ TEST_F(ScanBlock, BandwidthAgainstCopy) {
 
     const auto timing = course::time_against(
         [&] { scan_block(in.data(), out.data(), n); },
-        [&] { course::baseline::device_copy(copy.data(), in.data(), n * sizeof(int)); });
+        [&] { course::baseline::device_copy(copy.data(), in.data(), n * sizeof(int)); },
+        {course::TimedOutput(out)});
 
-    const auto got = out.download();
-    const auto want = course::reference::inclusive_scan_per_tile(values, kScanBlockTile);
-    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"out"}))
-        << first_wrong_in_tiles(got, want);
+    EXPECT_TRUE(scans_match(out.download(),
+                            course::reference::inclusive_scan_per_tile(values, kScanBlockTile)));
     // scan_block reads 4n bytes and writes 4n; the copy reads 4n and writes 4n.
     course::record_bandwidth("n=2^26", timing, 8.0 * n, "copy", 8.0 * n);
+}
+
+TEST_F(ScanBlock, MoreThan2To31Elements) {
+    // 2^31 + 2^20 + 5 ints (8.6 GB each for in and out): tiles past element 2^31, where an index
+    // held in an int overflows, and a last tile of 5. The input is made on the device; the
+    // output is compared in windows around 2^31 and the ends, each recomputed from the start of
+    // its tile.
+    const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 20) + 5;
+    COURSE_LARGE_CASE(2 * n * sizeof(int) + (64u << 20));
+    SCOPED_TRACE("n = 2^31 + 2^20 + 5, values in [-1000, 1000] made on the device");
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    course::DeviceBuffer<int> in("in", n), out("out", n);
+    course::fill_uniform_int(in.data(), n, seed, -1000, 1000);
+
+    course::run_large_case([&] { scan_block(in.data(), out.data(), n); });
+
+    const auto scanned = [&](const course::Window& w) {
+        std::vector<std::int64_t> want(w.count);
+        std::int64_t sum = 0;
+        for (std::size_t i = w.first - w.first % kScanBlockTile; i < w.first + w.count; ++i) {
+            if (i % kScanBlockTile == 0) sum = 0;
+            sum += course::hashed::uniform_int(i, seed, -1000, 1000);
+            if (i >= w.first) want[i - w.first] = sum;
+        }
+        return want;
+    };
+    EXPECT_TRUE(course::expect_windows_close(out, course::windows_past_int_range(n, rng), scanned,
+                                             course::Tolerance::exact(), {"out"}));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Checker of 03_patterns/scan: random inputs of sizes around every likely tile size (powers of
 // two and their neighbours), an all-ones input (out[i] = i + 1, so a missing carry reads as the
-// tile size), repeated calls on the same scratch, then the bandwidth on 2^26 ints against CUB.
+// tile size), repeated calls on the same scratch, then the bandwidth on 2^26 ints against CUB,
+// then more than 2^31 elements.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,16 +29,21 @@ std::string first_wrong(const std::vector<int>& got, const std::vector<std::int6
     return "";
 }
 
+// `got` against `want`, with where the first wrong element lies.
+testing::AssertionResult scans_match(const std::vector<int>& got,
+                                     const std::vector<std::int64_t>& want) {
+    course::CompareOptions options{"out"};
+    options.diagnose = [&] { return first_wrong(got, want); };
+    return course::expect_close(got, want, course::Tolerance::exact(), options);
+}
+
 // One call on fresh buffers; the same scratch as every other call of the process.
 void check_scan(const std::vector<int>& values) {
     const std::size_t n = values.size();
     const course::DeviceBuffer<int> in("in", values);
     course::DeviceBuffer<int> out("out", n);
     scan(in.data(), out.data(), n);
-    const auto got = out.download();
-    const auto want = course::reference::inclusive_scan(values);
-    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"out"}))
-        << first_wrong(got, want);
+    EXPECT_TRUE(scans_match(out.download(), course::reference::inclusive_scan(values)));
 }
 
 TEST_F(Scan, RandomSizes) {
@@ -77,9 +83,10 @@ TEST_F(Scan, RepeatedCallsReuseTheScratch) {
 }
 
 TEST_F(Scan, BandwidthAgainstCub) {
-    // 2^26 ints: in, out and CUB's output are 256 MiB each, far above any L2.
+    // 2^26 ints: in, out, CUB's output and the harness's copy of out are 256 MiB each, far above
+    // any L2.
     const std::size_t n = std::size_t{1} << 26;
-    COURSE_REQUIRE_MEMORY(3 * n * sizeof(int) + (256u << 20));
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(int) + (256u << 20));
     auto rng = test_rng();
     const auto values = course::random_ints(n, -8, 8, rng);
     const course::DeviceBuffer<int> in("in", values);
@@ -87,14 +94,46 @@ TEST_F(Scan, BandwidthAgainstCub) {
 
     const auto timing = course::time_against(
         [&] { scan(in.data(), out.data(), n); },
-        [&] { course::baseline::cub_inclusive_scan(in.data(), cub_out.data(), n); });
+        [&] { course::baseline::cub_inclusive_scan(in.data(), cub_out.data(), n); },
+        {course::TimedOutput(out)});
 
-    const auto got = out.download();
-    const auto want = course::reference::inclusive_scan(values);
-    EXPECT_TRUE(course::expect_close(got, want, course::Tolerance::exact(), {"out"}))
-        << first_wrong(got, want);
+    EXPECT_TRUE(scans_match(out.download(), course::reference::inclusive_scan(values)));
     // Both read 4n bytes and write 4n (the tile statuses are a few hundred KiB more).
     course::record_bandwidth("n=2^26", timing, 8.0 * n, "cub_inclusive_scan", 8.0 * n);
+}
+
+TEST_F(Scan, MoreThan2To31Elements) {
+    // 2^31 + 2^20 + 5 ints (8.6 GB each for in and out): tiles past element 2^31, where an index
+    // held in an int overflows. The input repeats every kPeriod elements (a prime, so it never
+    // lines up with a tile), which makes out[i] = (i / kPeriod) * (sum of a period) + (prefix of
+    // i % kPeriod within a period): one period's work on the host for any window.
+    constexpr std::size_t kPeriod = 1000003;
+    const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 20) + 5;
+    COURSE_LARGE_CASE(2 * n * sizeof(int) + (64u << 20));
+    SCOPED_TRACE("n = 2^31 + 2^20 + 5, values in [-8, 8] made on the device, repeating every " +
+                 std::to_string(kPeriod));
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    course::DeviceBuffer<int> in("in", n), out("out", n);
+    course::fill_uniform_int(in.data(), n, seed, -8, 8, kPeriod);
+    std::vector<std::int64_t> period_prefix(kPeriod);
+    std::int64_t sum = 0;
+    for (std::size_t k = 0; k < kPeriod; ++k)
+        period_prefix[k] = sum += course::hashed::uniform_int(k, seed, -8, 8);
+
+    course::run_large_case([&] { scan(in.data(), out.data(), n); });
+
+    const auto scanned = [&](const course::Window& w) {
+        std::vector<std::int64_t> want(w.count);
+        for (std::size_t k = 0; k < w.count; ++k) {
+            const std::size_t i = w.first + k;
+            want[k] = static_cast<std::int64_t>(i / kPeriod) * period_prefix.back() +
+                      period_prefix[i % kPeriod];
+        }
+        return want;
+    };
+    EXPECT_TRUE(course::expect_windows_close(out, course::windows_past_int_range(n, rng), scanned,
+                                             course::Tolerance::exact(), {"out"}));
 }
 
 }  // namespace

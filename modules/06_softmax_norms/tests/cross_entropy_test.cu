@@ -1,7 +1,7 @@
 // Checker of 06_softmax_norms/cross_entropy: vocabulary sizes around a warp, the float4 width and
 // the block, targets at both ends of the row, extreme rows (logits up to +-1e4, one huge logit in
 // the last column, equal logits, a masked (-inf) tail), then the bandwidth at 16384 x 4096 and
-// 4096 x 50304 against a device-to-device copy.
+// 4096 x 50304 against a device-to-device copy, then more than 2^31 elements.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -159,19 +159,23 @@ TEST_F(CrossEntropy, ExtremeRows) {
 
 void time_case(int rows, int vocab, course::Rng& rng) {
     const std::size_t n = std::size_t(rows) * vocab;
-    // logits, dlogits and the copy's destination, plus room for the harness's L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(3 * n * sizeof(float) + (256u << 20));
+    // logits, dlogits, the copy's destination and the harness's copy of dlogits, plus room for
+    // the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (256u << 20));
     const auto in = make_inputs(Rows::kRandom, rows, vocab, rng);
     course::DeviceBuffer<float> d_logits("logits", in.logits), d_copy("copy", n);
     course::DeviceBuffer<int> d_targets("targets", in.targets);
     Outputs out{{"losses", std::size_t(rows)}, {"dlogits", n}};
+    const auto tol = tolerances(in.logits, rows, vocab);
 
     const auto timing = course::time_against(
         [&] {
             cross_entropy(d_logits.data(), d_targets.data(), out.losses.data(), out.dlogits.data(),
                           rows, vocab);
         },
-        [&] { course::baseline::device_copy(d_copy.data(), d_logits.data(), n * sizeof(float)); });
+        [&] { course::baseline::device_copy(d_copy.data(), d_logits.data(), n * sizeof(float)); },
+        {course::TimedOutput(out.losses, tol.losses),
+         course::TimedOutput(out.dlogits, tol.dlogits)});
 
     {
         SCOPED_TRACE("the timed run, " + std::to_string(rows) + " x " + std::to_string(vocab));
@@ -196,6 +200,53 @@ TEST_F(CrossEntropy, Bandwidth16384x4096) {
 TEST_F(CrossEntropy, Bandwidth4096x50304) {
     auto rng = test_rng();
     time_case(4096, 50304, rng);
+}
+
+TEST_F(CrossEntropy, MoreThan2To31Elements) {
+    // 42692 rows of GPT-2's 50304 classes: rows * vocab = 2147578368, past 2^31, where a row
+    // offset row * vocab held in an int overflows (8.6 GB each for logits and dlogits). The
+    // logits are made on the device; whole rows around element 2^31 and at the ends are compared
+    // with the reference, which the host computes for those rows only.
+    const int rows = 42692, vocab = 50304;
+    const std::size_t n = std::size_t(rows) * vocab;
+    COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
+    SCOPED_TRACE("42692 x 50304 (rows x vocab = 2^31 + 94720), logits made on the device");
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    std::vector<int> targets(rows);
+    for (int& target : targets) target = static_cast<int>(rng.uniform_int(0, vocab - 1));
+    course::DeviceBuffer<float> d_logits("logits", n);
+    course::DeviceBuffer<int> d_targets("targets", targets);
+    course::fill_uniform(d_logits.data(), n, seed, -8.0f, 8.0f);
+    Outputs out{{"losses", std::size_t(rows)}, {"dlogits", n}};
+
+    course::run_large_case([&] {
+        cross_entropy(d_logits.data(), d_targets.data(), out.losses.data(), out.dlogits.data(),
+                      rows, vocab);
+    });
+
+    // The compared rows as one small batch (a window holds one or more whole rows), logits
+    // recomputed from the hashed formula. Its reference divides dlogits by the batch's rows:
+    // scaled to the whole matrix's.
+    const auto windows = course::rows_past_int_range(rows, vocab, rng);
+    Inputs sample;
+    std::vector<course::Window> loss_windows;
+    for (const auto& w : windows) {
+        for (std::size_t i = w.first; i < w.first + w.count; ++i)
+            sample.logits.push_back(course::hashed::uniform(i, seed, -8.0f, 8.0f));
+        for (std::size_t r = w.first / vocab; r < (w.first + w.count) / vocab; ++r)
+            sample.targets.push_back(targets[r]);
+        loss_windows.push_back({w.first / vocab, w.count / vocab});
+    }
+    const int sampled = static_cast<int>(sample.targets.size());
+    auto want = course::reference::cross_entropy(sample.logits, sample.targets, sampled, vocab);
+    for (double& d : want.dlogits) d *= double(sampled) / rows;
+    const auto tol = tolerances(sample.logits, rows, vocab);
+    EXPECT_TRUE(course::expect_windows_close(
+        out.losses, loss_windows, course::consecutive_slices(want.losses), tol.losses, {"losses"}));
+    EXPECT_TRUE(course::expect_windows_close(out.dlogits, windows,
+                                             course::consecutive_slices(want.dlogits), tol.dlogits,
+                                             {"dlogits (flat index row * vocab + c)"}));
 }
 
 }  // namespace

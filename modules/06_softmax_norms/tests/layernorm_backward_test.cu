@@ -1,7 +1,7 @@
 // Checker of 06_softmax_norms/layernorm_backward: row lengths around a warp, the float4 width and
 // the block; many rows (the column sums); extreme rows (a large mean, equal values, one large
 // gradient in the last column); the same bits on a second call; then the bandwidth at
-// 16384 x 4096 against a device-to-device copy.
+// 16384 x 4096 against a device-to-device copy, then more than 2^31 elements.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -153,34 +153,70 @@ void run(DeviceInputs& d, Outputs& out, int rows, int cols) {
                        out.dx.data(), out.dgamma.data(), out.dbeta.data(), rows, cols);
 }
 
-void expect_matches_reference(Outputs& out, const Inputs& in, int rows, int cols) {
+// dx, dgamma and dbeta against the double reference, as one verdict.
+testing::AssertionResult matches_reference(Outputs& out, const Inputs& in, int rows, int cols) {
     const auto want =
         course::reference::layernorm_backward(in.x, in.dy, in.gamma, in.mean, in.rstd, rows, cols);
     const auto tol = tolerances(in, rows, cols);
-    EXPECT_TRUE(course::expect_close(out.dx.download(), want.dx, tol.dx,
-                                     {"dx", course::Matrix{std::size_t(rows), std::size_t(cols)}}));
-    EXPECT_TRUE(course::expect_close(out.dgamma.download(), want.dgamma, tol.dgamma, {"dgamma"}));
-    EXPECT_TRUE(course::expect_close(out.dbeta.download(), want.dbeta, tol.dbeta, {"dbeta"}));
+    auto dx = course::expect_close(out.dx.download(), want.dx, tol.dx,
+                                   {"dx", course::Matrix{std::size_t(rows), std::size_t(cols)}});
+    if (!dx) return dx;
+    auto dgamma = course::expect_close(out.dgamma.download(), want.dgamma, tol.dgamma, {"dgamma"});
+    if (!dgamma) return dgamma;
+    return course::expect_close(out.dbeta.download(), want.dbeta, tol.dbeta, {"dbeta"});
 }
 
-void check_case(Rows kind, int rows, int cols, course::Rng& rng) {
-    SCOPED_TRACE(describe(kind) + ", " + std::to_string(rows) + " x " + std::to_string(cols));
+testing::AssertionResult case_result(Rows kind, int rows, int cols, course::Rng& rng) {
     const auto in = make_inputs(kind, rows, cols, rng);
     auto d = upload(in);
     auto out = make_outputs(rows, cols);
     run(d, out, rows, cols);
-    expect_matches_reference(out, in, rows, cols);
+    return matches_reference(out, in, rows, cols);
+}
+
+void check_case(Rows kind, int rows, int cols, course::Rng& rng) {
+    SCOPED_TRACE(describe(kind) + ", " + std::to_string(rows) + " x " + std::to_string(cols));
+    EXPECT_TRUE(case_result(kind, rows, cols, rng));
+}
+
+std::string listed(const std::vector<int>& values) {
+    std::string text;
+    for (int value : values) text += (text.empty() ? "" : ", ") + std::to_string(value);
+    return text;
+}
+
+// When some row lengths fail and others pass: what a launcher that sizes its block from the
+// row length does wrong most often.
+std::string row_lengths_diagnosis(const std::vector<int>& wrong, const std::vector<int>& right) {
+    if (right.empty()) return "";
+    return "rows of " + listed(wrong) + " columns are wrong, rows of " + listed(right) +
+           " right: only some lengths. If the block size follows the row length, is it a power of "
+           "two for the right ones and not for the wrong ones? A reduction tree that halves the "
+           "count of threads (or of warps) drops the part above the largest power of two when "
+           "that count is not one (544 threads = 17 warps); reduce every warp's sum (a loop, or "
+           "a shuffle over the warp sums with 0 past the last)";
 }
 
 TEST_F(LayerNormBackward, RowLengths) {
     auto rng = test_rng();
     // 1: a single column (xhat = 0); 7, 31, 33: not a multiple of 4 (scalar path) or of a warp;
     // 32, 1024: exactly a warp / a block of float4s; 1023, 4097: one short of / past them; 1000:
-    // a multiple of 4 but not of 32 * 4; 32768, 50304: long rows.
+    // a multiple of 4 but not of 32 * 4; 32768, 50304: long rows. Every length runs; the verdict
+    // compares the wrong lengths with the right ones before the first failure's numbers.
+    std::vector<int> wrong, right;
+    std::string first_failure;
     for (int cols : {1, 7, 31, 32, 33, 1000, 1023, 1024, 4097, 32768, 50304}) {
         const int rows = cols <= 33 ? 37 : cols <= 4097 ? 11 : 3;
-        check_case(Rows::kRandom, rows, cols, rng);
+        const auto result = case_result(Rows::kRandom, rows, cols, rng);
+        (result ? right : wrong).push_back(cols);
+        if (!result && first_failure.empty())
+            first_failure = "the first wrong case, " + describe(Rows::kRandom) + ", " +
+                            std::to_string(rows) + " x " + std::to_string(cols) + ": " +
+                            result.message();
     }
+    if (wrong.empty()) return;
+    const std::string diagnosis = row_lengths_diagnosis(wrong, right);
+    ADD_FAILURE() << (diagnosis.empty() ? "" : diagnosis + "\n") << first_failure;
 }
 
 TEST_F(LayerNormBackward, ManyRows) {
@@ -217,21 +253,25 @@ TEST_F(LayerNormBackward, SameBitsEveryCall) {
 TEST_F(LayerNormBackward, Bandwidth16384x4096) {
     const int rows = 16384, cols = 4096;
     const std::size_t n = std::size_t(rows) * cols;
-    // x, dy, dx and the copy's destination (256 MiB each), plus room for the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (256u << 20));
+    // x, dy, dx, the copy's destination and the harness's copy of dx (256 MiB each), plus room
+    // for the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(5 * n * sizeof(float) + (256u << 20));
     auto rng = test_rng();
     const auto in = make_inputs(Rows::kRandom, rows, cols, rng);
     auto d = upload(in);
     auto out = make_outputs(rows, cols);
     course::DeviceBuffer<float> d_copy("copy", n);
+    const auto tol = tolerances(in, rows, cols);
 
     const auto timing = course::time_against(
         [&] { run(d, out, rows, cols); },
-        [&] { course::baseline::device_copy(d_copy.data(), d.x.data(), n * sizeof(float)); });
+        [&] { course::baseline::device_copy(d_copy.data(), d.x.data(), n * sizeof(float)); },
+        {course::TimedOutput(out.dx, tol.dx), course::TimedOutput(out.dgamma, tol.dgamma),
+         course::TimedOutput(out.dbeta, tol.dbeta)});
 
     {
         SCOPED_TRACE("the timed run, 16384 x 4096");
-        expect_matches_reference(out, in, rows, cols);
+        EXPECT_TRUE(matches_reference(out, in, rows, cols));
     }
     // Bytes that must move: read x and dy, write dx (4 bytes each per element); gamma, dgamma,
     // dbeta (4 * cols each) and mean, rstd (4 * rows each). A kernel that reads x and dy a
@@ -239,6 +279,75 @@ TEST_F(LayerNormBackward, Bandwidth16384x4096) {
     // of 12, and shows it as a lower rate. The copy reads and writes 4 bytes per element.
     const double bytes = 3.0 * 4 * n + 3.0 * 4 * cols + 2.0 * 4 * rows;
     course::record_bandwidth("16384x4096", timing, bytes, "copy", 2.0 * 4 * n);
+}
+
+TEST_F(LayerNormBackward, MoreThan2To31Elements) {
+    // 524161 rows of 4097 floats: rows * cols = 2147487617, past 2^31, where a row offset
+    // row * cols held in an int overflows (8.6 GB each for x, dy and dx). x and dy are made on the
+    // device and repeat every kPeriod rows, so the column sums over all rows are (rows / kPeriod)
+    // times a period's plus the first rows % kPeriod rows': the host computes kPeriod rows.
+    constexpr int kPeriod = 97;
+    const int rows = 524161, cols = 4097;
+    const std::size_t n = std::size_t(rows) * cols, period = std::size_t(kPeriod) * cols;
+    COURSE_LARGE_CASE(3 * n * sizeof(float) + (64u << 20));
+    SCOPED_TRACE(
+        "524161 x 4097 (rows x cols = 2^31 + 3969), x and dy made on the device, "
+        "repeating every 97 rows");
+    auto rng = test_rng();
+    const std::uint64_t seed_x = rng.next_u64(), seed_dy = rng.next_u64();
+    // One period of rows on the host, with the forward's statistics.
+    Inputs one;
+    for (std::size_t i = 0; i < period; ++i) {
+        one.x.push_back(course::hashed::uniform(i, seed_x, -1.0f, 1.0f));
+        one.dy.push_back(course::hashed::uniform(i, seed_dy, -1.0f, 1.0f));
+    }
+    one.gamma = course::random_floats(cols, 0.5f, 1.5f, rng);
+    const auto forward = course::reference::layernorm(
+        one.x, one.gamma, std::vector<float>(cols, 0.0f), kPeriod, cols, kLayerNormEps);
+    one.mean.assign(forward.mean.begin(), forward.mean.end());
+    one.rstd.assign(forward.rstd.begin(), forward.rstd.end());
+    std::vector<float> mean(rows), rstd(rows);
+    for (int r = 0; r < rows; ++r) mean[r] = one.mean[r % kPeriod], rstd[r] = one.rstd[r % kPeriod];
+    DeviceInputs d{{"x", n}, {"dy", n}, {"gamma", one.gamma}, {"mean", mean}, {"rstd", rstd}};
+    course::fill_uniform(d.x.data(), n, seed_x, -1.0f, 1.0f, period);
+    course::fill_uniform(d.dy.data(), n, seed_dy, -1.0f, 1.0f, period);
+    auto out = make_outputs(rows, cols);
+
+    course::run_large_case([&] { run(d, out, rows, cols); });
+
+    const auto want = course::reference::layernorm_backward(one.x, one.dy, one.gamma, one.mean,
+                                                            one.rstd, kPeriod, cols);
+    // The first rows % kPeriod rows of a period, for the column sums' remainder.
+    const int rest = rows % kPeriod;
+    const auto head = [&](const std::vector<float>& v, std::size_t count) {
+        return std::vector<float>(v.begin(), v.begin() + std::ptrdiff_t(count));
+    };
+    const auto partial = course::reference::layernorm_backward(
+        head(one.x, std::size_t(rest) * cols), head(one.dy, std::size_t(rest) * cols), one.gamma,
+        head(one.mean, rest), head(one.rstd, rest), rest, cols);
+    std::vector<double> dgamma(cols), dbeta(cols);
+    for (int c = 0; c < cols; ++c) {
+        dgamma[c] = (rows / kPeriod) * want.dgamma[c] + partial.dgamma[c];
+        dbeta[c] = (rows / kPeriod) * want.dbeta[c] + partial.dbeta[c];
+    }
+    // The period's tolerances, the column sums' grown from kPeriod rows to all of them: a sum's
+    // atol grows with its length, its rtol with the square root (course::Tolerance::float32).
+    auto tol = tolerances(one, kPeriod, cols);
+    const double growth = double(rows) / kPeriod;
+    for (course::Tolerance* sum : {&tol.dgamma, &tol.dbeta}) {
+        sum->atol *= growth;
+        sum->rtol *= std::sqrt(growth);
+    }
+    const auto dx_rows = [&](const course::Window& w) {
+        std::vector<double> dx(w.count);
+        for (std::size_t k = 0; k < w.count; ++k) dx[k] = want.dx[(w.first + k) % period];
+        return dx;
+    };
+    EXPECT_TRUE(course::expect_windows_close(out.dx, course::rows_past_int_range(rows, cols, rng),
+                                             dx_rows, tol.dx,
+                                             {"dx (flat index row * cols + col)"}));
+    EXPECT_TRUE(course::expect_close(out.dgamma.download(), dgamma, tol.dgamma, {"dgamma"}));
+    EXPECT_TRUE(course::expect_close(out.dbeta.download(), dbeta, tol.dbeta, {"dbeta"}));
 }
 
 }  // namespace

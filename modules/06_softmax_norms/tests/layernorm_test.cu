@@ -1,6 +1,7 @@
 // Checker of 06_softmax_norms/layernorm: row lengths around a warp, the float4 width and the
 // block, extreme rows (large values, a large mean, equal values, one outlier in the last column),
-// then the bandwidth at 16384 x 4096 and 4096 x 50304 against a device-to-device copy.
+// then the bandwidth at 16384 x 4096 and 4096 x 50304 against a device-to-device copy, then more
+// than 2^31 elements.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -24,7 +25,7 @@ std::string describe(Rows kind) {
         case Rows::kLargeValues:
             return "values up to +-1e4";
         case Rows::kLargeMean:
-            return "mean 1000, spread +-1";
+            return "odd rows with mean 1e4, spread +-1; even rows random";
         case Rows::kEqualValues:
             return "rows of equal values (variance 0)";
         case Rows::kOutlierAtEnd:
@@ -46,8 +47,10 @@ std::vector<float> make_x(Rows kind, int rows, int cols, course::Rng& rng) {
                 case Rows::kLargeValues:
                     x.push_back(rng.uniform(-1e4f, 1e4f));
                     break;
+                // Beside random rows, which the same kernel gets right: a wrong variance in the
+                // odd rows alone is the mark of E[x^2] - E[x]^2 (cancellation_diagnosis).
                 case Rows::kLargeMean:
-                    x.push_back(1000.0f + rng.uniform(-1.0f, 1.0f));
+                    x.push_back((r % 2 ? 1e4f : offset) + rng.uniform(-1.0f, 1.0f));
                     break;
                 case Rows::kEqualValues:
                     x.push_back(offset);
@@ -112,15 +115,52 @@ struct Outputs {
     course::DeviceBuffer<float> y, mean, rstd;
 };
 
-void expect_matches_reference(Outputs& out, const std::vector<float>& x,
-                              const std::vector<float>& gamma, const std::vector<float>& beta,
-                              int rows, int cols) {
-    const auto want = course::reference::layernorm(x, gamma, beta, rows, cols, kLayerNormEps);
+// What wrong rows of a kLargeMean case say: when only the rows with a large mean are wrong.
+// `per_row`: elements of `got` per row (1 for rstd, cols for y).
+std::string cancellation_diagnosis(Rows kind, const std::vector<float>& got,
+                                   const std::vector<double>& want, const course::Tolerance& tol,
+                                   std::size_t per_row) {
+    if (kind != Rows::kLargeMean) return "";
+    bool large_mean_wrong = false, others_wrong = false;
+    for (std::size_t i = 0; i < got.size(); ++i)
+        if (!tol.accepts(got[i], want[i]))
+            (i / per_row % 2 ? large_mean_wrong : others_wrong) = true;
+    if (!large_mean_wrong || others_wrong) return "";
+    return "only the rows with a large mean next to their spread are wrong (the odd rows: mean "
+           "1e4, spread +-1; the even, random rows are right): a variance computed as "
+           "E[x^2] - E[x]^2 loses its digits there to catastrophic cancellation (two numbers "
+           "near 1e8 subtracted to leave about 0.3). Accumulate deviations from the mean "
+           "instead: Welford's updates, or a second pass over x - mean";
+}
+
+// The double reference and the tolerances of one case.
+struct Expected {
+    course::reference::LayerNormForward want;
+    Tolerances tol;
+};
+
+Expected expected(const std::vector<float>& x, const std::vector<float>& gamma,
+                  const std::vector<float>& beta, int rows, int cols) {
+    auto want = course::reference::layernorm(x, gamma, beta, rows, cols, kLayerNormEps);
     const auto tol = tolerances(x, gamma, beta, want, rows, cols);
-    EXPECT_TRUE(course::expect_close(out.mean.download(), want.mean, tol.mean, {"mean"}));
-    EXPECT_TRUE(course::expect_close(out.rstd.download(), want.rstd, tol.rstd, {"rstd"}));
-    EXPECT_TRUE(course::expect_close(out.y.download(), want.y, tol.y,
-                                     {"y", course::Matrix{std::size_t(rows), std::size_t(cols)}}));
+    return {std::move(want), tol};
+}
+
+void expect_matches_reference(Outputs& out, const Expected& e, int rows, int cols,
+                              Rows kind = Rows::kRandom) {
+    EXPECT_TRUE(course::expect_close(out.mean.download(), e.want.mean, e.tol.mean, {"mean"}));
+    const auto rstd = out.rstd.download();
+    course::CompareOptions rstd_options{"rstd"};
+    rstd_options.diagnose = [&] {
+        return cancellation_diagnosis(kind, rstd, e.want.rstd, e.tol.rstd, 1);
+    };
+    EXPECT_TRUE(course::expect_close(rstd, e.want.rstd, e.tol.rstd, rstd_options));
+    const auto y = out.y.download();
+    course::CompareOptions y_options{"y", course::Matrix{std::size_t(rows), std::size_t(cols)}};
+    y_options.diagnose = [&] {
+        return cancellation_diagnosis(kind, y, e.want.y, e.tol.y, std::size_t(cols));
+    };
+    EXPECT_TRUE(course::expect_close(y, e.want.y, e.tol.y, y_options));
 }
 
 void check_case(Rows kind, int rows, int cols, course::Rng& rng) {
@@ -134,7 +174,7 @@ void check_case(Rows kind, int rows, int cols, course::Rng& rng) {
     layernorm(d_x.data(), d_gamma.data(), d_beta.data(), out.y.data(), out.mean.data(),
               out.rstd.data(), rows, cols);
 
-    expect_matches_reference(out, x, gamma, beta, rows, cols);
+    expect_matches_reference(out, expected(x, gamma, beta, rows, cols), rows, cols, kind);
 }
 
 TEST_F(LayerNorm, RowLengths) {
@@ -163,25 +203,29 @@ TEST_F(LayerNorm, ExtremeRows) {
 
 void time_case(int rows, int cols, course::Rng& rng) {
     const std::size_t n = std::size_t(rows) * cols;
-    // x, y and the copy's destination, plus room for the harness's L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(3 * n * sizeof(float) + (256u << 20));
+    // x, y, the copy's destination and the harness's copy of y, plus room for the L2 flush
+    // buffer.
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (256u << 20));
     const auto x = make_x(Rows::kRandom, rows, cols, rng);
     const auto gamma = course::random_floats(cols, 0.5f, 1.5f, rng);
     const auto beta = course::random_floats(cols, -0.5f, 0.5f, rng);
     course::DeviceBuffer<float> d_x("x", x), d_gamma("gamma", gamma), d_beta("beta", beta),
         d_copy("copy", n);
     Outputs out{{"y", n}, {"mean", std::size_t(rows)}, {"rstd", std::size_t(rows)}};
+    const auto e = expected(x, gamma, beta, rows, cols);
 
     const auto timing = course::time_against(
         [&] {
             layernorm(d_x.data(), d_gamma.data(), d_beta.data(), out.y.data(), out.mean.data(),
                       out.rstd.data(), rows, cols);
         },
-        [&] { course::baseline::device_copy(d_copy.data(), d_x.data(), n * sizeof(float)); });
+        [&] { course::baseline::device_copy(d_copy.data(), d_x.data(), n * sizeof(float)); },
+        {course::TimedOutput(out.y, e.tol.y), course::TimedOutput(out.mean, e.tol.mean),
+         course::TimedOutput(out.rstd, e.tol.rstd)});
 
     {
         SCOPED_TRACE("the timed run, " + std::to_string(rows) + " x " + std::to_string(cols));
-        expect_matches_reference(out, x, gamma, beta, rows, cols);
+        expect_matches_reference(out, e, rows, cols);
     }
     // Bytes that must move: read x and write y (4 bytes each per element); gamma and beta are
     // read once (2 * 4 * cols: every other read hits L2); mean and rstd written (2 * 4 * rows).
@@ -202,6 +246,45 @@ TEST_F(LayerNorm, Bandwidth16384x4096) {
 TEST_F(LayerNorm, Bandwidth4096x50304) {
     auto rng = test_rng();
     time_case(4096, 50304, rng);
+}
+
+TEST_F(LayerNorm, MoreThan2To31Elements) {
+    // 429497 rows of 5000 floats: rows * cols = 2147485000, just past 2^31, where a row offset
+    // row * cols held in an int overflows (8.6 GB each for x and y). x is made on the device;
+    // whole rows around element 2^31 and at the ends are compared with the reference, which the
+    // host computes for those rows only.
+    const int rows = 429497, cols = 5000;
+    const std::size_t n = std::size_t(rows) * cols;
+    COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
+    SCOPED_TRACE("429497 x 5000 (rows x cols = 2^31 + 1352), x made on the device");
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    const auto gamma = course::random_floats(cols, 0.5f, 1.5f, rng);
+    const auto beta = course::random_floats(cols, -0.5f, 0.5f, rng);
+    course::DeviceBuffer<float> d_x("x", n), d_gamma("gamma", gamma), d_beta("beta", beta);
+    course::fill_uniform(d_x.data(), n, seed, -1.0f, 1.0f);
+    Outputs out{{"y", n}, {"mean", std::size_t(rows)}, {"rstd", std::size_t(rows)}};
+
+    course::run_large_case([&] {
+        layernorm(d_x.data(), d_gamma.data(), d_beta.data(), out.y.data(), out.mean.data(),
+                  out.rstd.data(), rows, cols);
+    });
+
+    // The compared rows as one small matrix (a window holds one or more whole rows), x
+    // recomputed from the hashed formula; each window's reference is its slice of it.
+    const auto windows = course::rows_past_int_range(rows, cols, rng);
+    std::vector<float> x;
+    std::vector<course::Window> stats_windows;
+    for (const auto& w : windows) {
+        for (std::size_t i = w.first; i < w.first + w.count; ++i)
+            x.push_back(course::hashed::uniform(i, seed, -1.0f, 1.0f));
+        stats_windows.push_back({w.first / cols, w.count / cols});
+    }
+    const auto e = expected(x, gamma, beta, static_cast<int>(x.size() / cols), cols);
+    EXPECT_TRUE(course::expect_windows_close(out.y, windows, course::consecutive_slices(e.want.y),
+                                             e.tol.y, {"y (flat index row * cols + col)"}));
+    EXPECT_TRUE(course::expect_windows_close(
+        out.rstd, stats_windows, course::consecutive_slices(e.want.rstd), e.tol.rstd, {"rstd"}));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Checker of 06_softmax_norms/rmsnorm: row lengths around a warp, the float4 width and the
 // block, extreme rows (large values, values so small that eps dominates, one outlier in the last
-// column), then the bandwidth at 16384 x 4096 and 4096 x 50304 against a device-to-device copy.
+// column), then the bandwidth at 16384 x 4096 and 4096 x 50304 against a device-to-device copy,
+// then more than 2^31 elements.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -110,8 +111,9 @@ TEST_F(RmsNorm, ExtremeRows) {
 
 void time_case(int rows, int cols, course::Rng& rng) {
     const std::size_t n = std::size_t(rows) * cols;
-    // x, y and the copy's destination, plus room for the harness's L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(3 * n * sizeof(float) + (256u << 20));
+    // x, y, the copy's destination and the harness's copy of y, plus room for the L2 flush
+    // buffer.
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (256u << 20));
     const auto x = make_x(Rows::kRandom, rows, cols, rng);
     const auto weight = course::random_floats(cols, 0.5f, 1.5f, rng);
     course::DeviceBuffer<float> d_x("x", x), d_weight("weight", weight), d_y("y", n),
@@ -119,7 +121,8 @@ void time_case(int rows, int cols, course::Rng& rng) {
 
     const auto timing = course::time_against(
         [&] { rmsnorm(d_x.data(), d_weight.data(), d_y.data(), rows, cols); },
-        [&] { course::baseline::device_copy(d_copy.data(), d_x.data(), n * sizeof(float)); });
+        [&] { course::baseline::device_copy(d_copy.data(), d_x.data(), n * sizeof(float)); },
+        {course::TimedOutput(d_y, y_tolerance(cols))});
 
     {
         SCOPED_TRACE("the timed run, " + std::to_string(rows) + " x " + std::to_string(cols));
@@ -143,6 +146,36 @@ TEST_F(RmsNorm, Bandwidth16384x4096) {
 TEST_F(RmsNorm, Bandwidth4096x50304) {
     auto rng = test_rng();
     time_case(4096, 50304, rng);
+}
+
+TEST_F(RmsNorm, MoreThan2To31Elements) {
+    // 536871 rows of 4000 floats: rows * cols = 2147484000, just past 2^31, where a row offset
+    // row * cols held in an int overflows (8.6 GB each for x and y). x is made on the device;
+    // whole rows around element 2^31 and at the ends are compared with the reference, which the
+    // host computes for those rows only.
+    const int rows = 536871, cols = 4000;
+    const std::size_t n = std::size_t(rows) * cols;
+    COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
+    SCOPED_TRACE("536871 x 4000 (rows x cols = 2^31 + 352), x made on the device");
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    const auto weight = course::random_floats(cols, 0.5f, 1.5f, rng);
+    course::DeviceBuffer<float> d_x("x", n), d_weight("weight", weight), d_y("y", n);
+    course::fill_uniform(d_x.data(), n, seed, -1.0f, 1.0f);
+
+    course::run_large_case([&] { rmsnorm(d_x.data(), d_weight.data(), d_y.data(), rows, cols); });
+
+    // Each window is whole rows: their reference from x recomputed by the hashed formula.
+    const auto normalized = [&](const course::Window& w) {
+        std::vector<float> x(w.count);
+        for (std::size_t k = 0; k < w.count; ++k)
+            x[k] = course::hashed::uniform(w.first + k, seed, -1.0f, 1.0f);
+        return course::reference::rmsnorm(x, weight, static_cast<int>(w.count / cols), cols,
+                                          kRmsNormEps);
+    };
+    EXPECT_TRUE(course::expect_windows_close(d_y, course::rows_past_int_range(rows, cols, rng),
+                                             normalized, y_tolerance(cols),
+                                             {"y (flat index row * cols + col)"}));
 }
 
 }  // namespace

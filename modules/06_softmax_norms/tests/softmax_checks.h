@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -136,17 +137,40 @@ inline testing::AssertionResult sampled_rows_match(
 
 using Softmax = void (*)(const float* in, float* out, int rows, int cols);
 
-// Runs `softmax` on `in` (rows x cols) and checks everything: each row a distribution, each
-// element close to the double reference, nothing written outside `out`.
+// "" when two runs on the same inputs gave the same bits, else what that says: a race.
+inline std::string race_diagnosis(const std::vector<float>& first,
+                                  const std::vector<float>& second) {
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < first.size(); ++i)
+        differing += std::memcmp(&first[i], &second[i], sizeof(float)) != 0;
+    if (differing == 0) return "";
+    return "the output differs between two identical runs at " + std::to_string(differing) +
+           " of " + std::to_string(first.size()) +
+           " elements: a race. Does a thread read shared memory that another warp writes "
+           "without a __syncthreads() between them (the posted partials, a reused array)?";
+}
+
+// Runs `softmax` on `in` (rows x cols) twice and checks everything: each row a distribution, each
+// element close to the double reference, the same bits both times, nothing written outside
+// `out`. A race shows as results that change from run to run, named before the numbers.
 inline void check_softmax(Softmax softmax, const std::vector<float>& in, std::size_t rows,
                           std::size_t cols) {
     course::DeviceBuffer<float> d_in("in", in), d_out("out", rows * cols);
-    softmax(d_in.data(), d_out.data(), static_cast<int>(rows), static_cast<int>(cols));
-    const auto got = d_out.download();
+    const auto run = [&] {
+        d_out.poison();
+        softmax(d_in.data(), d_out.data(), static_cast<int>(rows), static_cast<int>(cols));
+        return d_out.download();
+    };
+    const auto got = run(), again = run();
+    const std::string race = race_diagnosis(got, again);
     const auto tol = softmax_tolerance(cols);
-    EXPECT_TRUE(rows_are_distributions(got, rows, cols, tol, "out"));
-    EXPECT_TRUE(course::expect_close(got, course::reference::softmax_rows(in, rows, cols), tol,
-                                     {"out", course::Matrix{rows, cols}}));
+    course::CompareOptions options{"out", course::Matrix{rows, cols}};
+    options.diagnose = [&] { return race; };
+    if (race.empty()) EXPECT_TRUE(rows_are_distributions(got, rows, cols, tol, "out"));
+    EXPECT_TRUE(
+        course::expect_close(got, course::reference::softmax_rows(in, rows, cols), tol, options));
+    // A race can stay within the tolerance on both runs: still a bug.
+    EXPECT_TRUE(race.empty()) << race;
 }
 
 // Row lengths around every boundary a kernel has: 1 (a row is one element), 7 and 31 (shorter
@@ -274,8 +298,9 @@ enum class Baseline { copy, cudnn };
 inline void perf(Softmax softmax, std::size_t rows, std::size_t cols, Baseline baseline,
                  course::Rng& rng) {
     const std::size_t n = rows * cols;
-    // in, out and the baseline's output, plus room for the L2 flush buffer and cuDNN.
-    COURSE_REQUIRE_MEMORY(3 * n * sizeof(float) + (512u << 20));
+    // in, out, the baseline's output and the harness's copy of out, plus room for the L2 flush
+    // buffer and cuDNN.
+    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (512u << 20));
     if (baseline == Baseline::cudnn && !course::baseline::cudnn_available()) {
         const std::string reason =
             "cuDNN is not available (built without it, or no cuDNN handle on this machine)";
@@ -285,6 +310,7 @@ inline void perf(Softmax softmax, std::size_t rows, std::size_t cols, Baseline b
     const auto in = course::random_floats(n, -5.0f, 5.0f, rng);
     course::DeviceBuffer<float> d_in("in", in), d_out("out", n), d_baseline("baseline_out", n);
     const int r = static_cast<int>(rows), c = static_cast<int>(cols);
+    const auto tol = softmax_tolerance(cols);
 
     const auto timing = course::time_against(
         [&] { softmax(d_in.data(), d_out.data(), r, c); },
@@ -293,11 +319,11 @@ inline void perf(Softmax softmax, std::size_t rows, std::size_t cols, Baseline b
                 course::baseline::device_copy(d_baseline.data(), d_in.data(), n * sizeof(float));
             else
                 course::baseline::cudnn_softmax(d_in.data(), d_baseline.data(), r, c);
-        });
+        },
+        {course::TimedOutput(d_out, tol)});
 
     // The timed output must be right too: all rows, and 32 of them element by element.
     const auto got = d_out.download();
-    const auto tol = softmax_tolerance(cols);
     EXPECT_TRUE(rows_are_distributions(got, rows, cols, tol, "out"));
     EXPECT_TRUE(sampled_rows_match(
         got, rows, cols, tol, "out",

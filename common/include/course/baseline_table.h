@@ -1,0 +1,27 @@
+// The one entry point of the baselines library (common/baselines/): a table of functions, looked
+// up by name at run time by course/baselines.h. Only that header and the library include this.
+// A new baseline is a new member at the end, a function in the library, and a wrapper in
+// course/baselines.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace course::baseline {
+
+struct Table {
+    void (*device_copy)(void* dst, const void* src, std::size_t bytes);
+    void (*cublas_sgemm)(int M, int N, int K, const float* A, const float* B, float* C);
+    void (*cub_reduce_sum)(const float* in, float* out, std::size_t n);
+    void (*cub_inclusive_scan)(const int* in, int* out, std::size_t n);
+    void (*cub_histogram_256)(const std::uint8_t* data, std::size_t n, unsigned int* bins);
+    bool (*cudnn_available)();
+    void (*cudnn_softmax)(const float* in, float* out, int rows, int cols);
+    void (*cublas_gemm_bf16)(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                             float* C);
+};
+
+// The C name of the library's `const Table* course_baselines_table()`.
+inline constexpr const char* kTableSymbol = "course_baselines_table";
+
+}  // namespace course::baseline
