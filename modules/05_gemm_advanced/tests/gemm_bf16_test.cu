@@ -201,14 +201,13 @@ std::string race_diagnosis(std::size_t differing, std::size_t total) {
            "while a warp still reads it (a stage index off by one)?";
 }
 
-// expect_close, with the diagnosis (if any) after its own explanation.
+// expect_close, with the diagnosis (if any) first, where the grader's lines show it.
 testing::AssertionResult verdict(const std::vector<float>& got, const std::vector<double>& want,
                                  const Shape& shape, const std::string& diagnosis) {
-    auto result = course::expect_close(got, want, tolerance(shape.K),
-                                       {"C", course::Matrix{static_cast<std::size_t>(shape.M),
-                                                            static_cast<std::size_t>(shape.N)}});
-    if (result || diagnosis.empty()) return result;
-    return testing::AssertionFailure() << result.message() << "\n  likely cause: " << diagnosis;
+    course::CompareOptions options{
+        "C", course::Matrix{static_cast<std::size_t>(shape.M), static_cast<std::size_t>(shape.N)}};
+    options.diagnose = [&] { return diagnosis.empty() ? "" : "likely cause: " + diagnosis; };
+    return course::expect_close(got, want, tolerance(shape.K), options);
 }
 
 // Checks one shape against the full CPU product: three runs into a C full of NaN.
@@ -294,12 +293,14 @@ void check_lines(const std::vector<float>& got, const Bf16Matrix& A, const Bf16M
     }
 }
 
-// Times gemm_bf16 on n x n x n against cuBLAS, samples interleaved; then checks both outputs on
-// whole lines (cuBLAS's too: the baseline must compute what the exercise computes).
+// Times gemm_bf16 on n x n x n against cuBLAS, samples interleaved, every timed call's C checked
+// against the warm-up's; then checks both outputs on whole lines (cuBLAS's too: the baseline must
+// compute what the exercise computes). The rate's ceiling is the tensor cores' bf16 peak.
 void time_square(int n, const char* baseline_name, course::Rng rng) {
     const std::size_t elements = count(n, n);
-    // A and B (bf16), C and cuBLAS's C (float), plus the timer's L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(elements * (2 * 2 + 2 * 4) + (256u << 20));
+    // A and B (bf16), C, cuBLAS's C and the harness's copy of C (float), plus the timer's L2
+    // flush buffer.
+    COURSE_REQUIRE_MEMORY(elements * (2 * 2 + 3 * 4) + (256u << 20));
     const Shape shape{n, n, n};
     SCOPED_TRACE(describe(shape));
     const Bf16Matrix A = random_bf16(elements, rng), B = random_bf16(elements, rng);
@@ -310,14 +311,16 @@ void time_square(int n, const char* baseline_name, course::Rng rng) {
         [&] { gemm_bf16(n, n, n, as_bf16(d_A), as_bf16(d_B), d_C.data()); },
         [&] {
             course::baseline::cublas_gemm_bf16(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data());
-        });
+        },
+        {course::TimedOutput(d_C, tolerance(n))});
 
     const auto lines = sample_lines(n, rng);
     check_lines(d_C.download(), A, B, n, lines, "C");
     check_lines(d_C_cublas.download(), A, B, n, lines, "cuBLAS's C");
     // C = A B^T: n^2 dot products of length n, each n multiplies and n adds; the same for both.
     const double flops = 2.0 * n * n * n;
-    course::record_flops(label(shape), timing, flops, baseline_name, flops);
+    course::record_flops(label(shape), timing, flops, baseline_name, flops,
+                         course::FlopUnits::bf16_tensor_cores);
 }
 
 // The judged cases (the manifest's baseline and target). 4096^3 is 137 GFLOP, about 0.2 ms for
