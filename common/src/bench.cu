@@ -239,10 +239,15 @@ class OutputCheck {
                            std::to_string(element) + "]";
         text +=
             poisoned ? ", which still holds the poison the harness put there before the call" : "";
-        return text +
-               ". Every timed call must compute its output: does the launcher skip work, "
-               "return before its kernels have written, or copy a result it kept from an earlier "
-               "call?";
+        // Under 1% of the output off, and not left poisoned: computed, but not the same way every
+        // call, which is what a race looks like.
+        const bool few = !poisoned && wrong * 100 < count;
+        return text + ". Every timed call must compute its output: " +
+               (few ? "a few elements that change from call to call are a race (shared memory "
+                      "read before its copy has landed, or overwritten while it is read); else "
+                    : "") +
+               "does the launcher skip work, return before its kernels have written, or copy a "
+               "result it kept from an earlier call?";
     }
     // The poison's bytes for this output's element type (course/poison.h).
     std::uint64_t poison_bytes(std::size_t size) const {

@@ -104,11 +104,12 @@ __device__ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4],
 
 // Starts the copy of rows row0 .. row0 + kRows - 1, columns k0 .. k0 + kBK - 1 of a row-major
 // matrix (`rows` x K) into a swizzled tile, as mma_gemm's load_tile does with plain loads; a chunk
-// outside the matrix is zero-filled (its source pointer, never read, is the matrix itself).
-template <int kRows>
+// outside the matrix is zero-filled (its source pointer, never read, is the matrix itself). The
+// block's kLoaders threads share the chunks.
+template <int kRows, int kLoaders = kThreads>
 __device__ void load_tile_async(__nv_bfloat16* tile, const __nv_bfloat16* matrix, int rows, int K,
                                 int row0, int k0) {
-    for (int i = threadIdx.x; i < kRows * kChunksPerRow; i += kThreads) {
+    for (int i = threadIdx.x; i < kRows * kChunksPerRow; i += kLoaders) {
         const int r = i / kChunksPerRow, c = i % kChunksPerRow;
         const int row = row0 + r, k = k0 + c * kChunk;
         const bool inside = row < rows && k < K;

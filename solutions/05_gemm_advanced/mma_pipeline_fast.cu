@@ -26,20 +26,21 @@ namespace readable {
 
 namespace {
 
-constexpr int kBM = 128;               // rows of C per block
-constexpr int kBN = 256;               // columns of C per block
-constexpr int kStages = 4;             // shared stages in the ring: kStages - 1 tiles in flight
-constexpr int kGroupRows = 8;          // tile rows per group of the block order
-constexpr int kWarpsM = 2;             // warps along M ...
-constexpr int kWarpsN = 4;             // ... and along N: 8 warps, as in the readable kernel
-constexpr int kWarpM = kBM / kWarpsM;  // 64 rows of C per warp
-constexpr int kWarpN = kBN / kWarpsN;  // 64 columns of C per warp
-constexpr int kTilesM = kWarpM / readable::kMmaM;  // 4 m16 tiles per warp ...
-constexpr int kTilesN = kWarpN / readable::kMmaN;  // ... by 8 n8 tiles: 32 mma per k16 step
+constexpr int kBM = 128;         // rows of C per block
+constexpr int kBN = 256;         // columns of C per block
+constexpr int kStages = 4;       // shared stages in the ring: kStages - 1 tiles in flight
+constexpr int kGroupRows = 8;    // tile rows per group of the block order
+constexpr int kWarpsM = 2;       // warps along M ...
+constexpr int kWarpsN = 4;       // ... and along N
+constexpr int kBlocksPerSM = 1;  // blocks an SM holds at once (registers, shared memory)
+constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+constexpr int kWarpM = kBM / kWarpsM;              // rows of C per warp
+constexpr int kWarpN = kBN / kWarpsN;              // columns of C per warp
+constexpr int kTilesM = kWarpM / readable::kMmaM;  // m16 tiles per warp ...
+constexpr int kTilesN = kWarpN / readable::kMmaN;  // ... by n8 tiles: their product, mma per step
 constexpr int kStageElements = (kBM + kBN) * readable::kBK;
 constexpr int kSharedBytes = kStages * kStageElements * 2;
 
-static_assert(kWarpsM * kWarpsN * 32 == readable::kThreads, "load_tile_async's thread count");
 static_assert(kTilesN % 2 == 0 && kStages >= 2, "pairs of n8 tiles, a ring");
 
 struct Fragments {
@@ -71,7 +72,7 @@ __device__ void load_fragments(Fragments& f, const __nv_bfloat16* a_tile,
 
 }  // namespace
 
-__global__ void __launch_bounds__(readable::kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     mma_pipeline_fast_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ A,
                              const __nv_bfloat16* __restrict__ B, float* __restrict__ C) {
     extern __shared__ __align__(16) __nv_bfloat16 stages[];
@@ -88,8 +89,10 @@ __global__ void __launch_bounds__(readable::kThreads, 1)
     const int k_tiles = course::ceil_div(K, readable::kBK);
 
     const auto load_stage = [&](int stage, int k_tile) {
-        readable::load_tile_async<kBM>(a_stage(stage), A, M, K, row0, k_tile * readable::kBK);
-        readable::load_tile_async<kBN>(b_stage(stage), B, N, K, col0, k_tile * readable::kBK);
+        readable::load_tile_async<kBM, kThreads>(a_stage(stage), A, M, K, row0,
+                                                 k_tile * readable::kBK);
+        readable::load_tile_async<kBN, kThreads>(b_stage(stage), B, N, K, col0,
+                                                 k_tile * readable::kBK);
     };
 
 #pragma unroll
@@ -149,6 +152,6 @@ void gemm_bf16(int M, int N, int K, const __nv_bfloat16* A, const __nv_bfloat16*
         return;
     }
     const int tiles = course::ceil_div(M, kBM) * course::ceil_div(N, kBN);
-    mma_pipeline_fast_kernel<<<tiles, readable::kThreads, kSharedBytes>>>(M, N, K, A, B, C);
+    mma_pipeline_fast_kernel<<<tiles, kThreads, kSharedBytes>>>(M, N, K, A, B, C);
     CUDA_CHECK_LAUNCH();
 }

@@ -169,7 +169,7 @@ constexpr Config kConfigs[] = {
     {"BM128 BN256 BK16 WM64 WN32", launch<Tiles<128, 256, 16, 64, 32>>},
 };
 // The one sgemm() runs: the autotuner's winner on an H100 (README.md).
-constexpr int kChosen = 0;
+constexpr int kChosen = 3;
 
 }  // namespace
 
