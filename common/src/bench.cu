@@ -245,10 +245,15 @@ class OutputCheck {
                            std::to_string(element) + "]";
         text +=
             poisoned ? ", which still holds the poison the harness put there before the call" : "";
-        return text +
-               ". Every timed call must compute its output: does the launcher skip work, "
-               "return before its kernels have written, or copy a result it kept from an earlier "
-               "call?";
+        // Under 1% of the output off, and not left poisoned: computed, but not the same way every
+        // call, which is what a race looks like.
+        const bool few = !poisoned && wrong * 100 < count;
+        return text + ". Every timed call must compute its output: " +
+               (few ? "a few elements that change from call to call are a race (shared memory "
+                      "read before its copy has landed, or overwritten while it is read); else "
+                    : "") +
+               "does the launcher skip work, return before its kernels have written, or copy a "
+               "result it kept from an earlier call?";
     }
     // The poison's bytes for this output's element type (course/poison.h).
     std::uint64_t poison_bytes(std::size_t size) const {
@@ -355,6 +360,7 @@ struct PerfCase {
     std::string baseline;       // what it ran against
     double baseline_value = 0;  // the baseline, same metric, same run
     PairTiming timing;
+    FlopUnits units = FlopUnits::fp32_cuda_cores;  // TFLOP/s: where the FLOPs run
 };
 
 std::string text(double value) {
@@ -367,6 +373,9 @@ std::string text(double value) {
 // 0 where the device does not say.
 std::pair<double, std::string> physical_ceiling(const PerfCase& perf) {
     const GpuInfo& g = gpu();
+    if (perf.metric == "TFLOP/s" && perf.units == FlopUnits::bf16_tensor_cores)
+        return {g.bf16_tensor_peak_tflop_s,
+                "its dense bf16 tensor-core peak, " + g.bf16_tensor_peak_formula};
     if (perf.metric == "TFLOP/s")
         return {g.fp32_peak_tflop_s, "its FP32 peak, " + g.fp32_peak_formula};
     // GB/s: DRAM on paper, or the copy of this run where that was faster (a GPU whose memory
@@ -431,9 +440,9 @@ void record_bandwidth(const std::string& label, const PairTiming& timing, double
 }
 
 void record_flops(const std::string& label, const PairTiming& timing, double flops,
-                  const std::string& baseline, double baseline_flops) {
+                  const std::string& baseline, double baseline_flops, FlopUnits units) {
     record({label, "TFLOP/s", tflop_per_s(flops, timing.learner.median_ms), baseline,
-            tflop_per_s(baseline_flops, timing.baseline.median_ms), timing});
+            tflop_per_s(baseline_flops, timing.baseline.median_ms), timing, units});
 }
 
 }  // namespace course

@@ -17,6 +17,8 @@ struct Table {
     void (*cub_histogram_256)(const std::uint8_t* data, std::size_t n, unsigned int* bins);
     bool (*cudnn_available)();
     void (*cudnn_softmax)(const float* in, float* out, int rows, int cols);
+    void (*cublas_gemm_bf16)(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                             float* C);
 };
 
 // The C name of the library's `const Table* course_baselines_table()`.
