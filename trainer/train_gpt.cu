@@ -54,6 +54,7 @@ struct Options {
     float temperature = 1.0f;
     int top_k = 40;
     std::string out = "out";
+    bool save = true;
     std::string resume;
     bool generate = false;
     std::string dump_step0;
@@ -89,6 +90,7 @@ evaluation and output
   --val-batches N       micro-batches of validation                         [10]
   --out DIR             loss.csv and model.ckpt go here                     [out]
   --checkpoint-every N  also save a checkpoint every N steps                [0: at the end only]
+  --no-checkpoint       save no checkpoint (timing runs)
   --resume FILE         continue from a checkpoint (same model)
   --sample-every N      print a sample every N steps (0: at the end only)   [0]
   --sample-length N --temperature X --top-k N                               [128 1.0 40]
@@ -111,6 +113,10 @@ Options parse_options(int argc, char** argv) {
         }
         if (flag == "--generate") {
             o.generate = true;
+            continue;
+        }
+        if (flag == "--no-checkpoint") {
+            o.save = false;
             continue;
         }
         if (i + 1 >= argc) usage_error(flag + " needs a value");
@@ -455,7 +461,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         std::printf("step %5d | val loss %.4f\n", o.steps, val_loss);
         csv << o.steps << ",," << val_loss << ",,,,\n";
     }
-    save(o.steps);
+    if (o.save) save(o.steps);
     if (timed_steps > 0) {
         const double tokens_per_s = tokens_per_step * timed_steps / timed_seconds;
         std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,
@@ -464,8 +470,10 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             std::printf(", MFU %.1f%% of %.0f TFLOP/s", 100 * flops_per_token(config, T) * tokens_per_s / (peak * 1e12), peak);
         std::printf("; GPU memory in use after the first step: %.2f GiB\n", peak_used / 1073741824.0);
     }
-    std::printf("checkpoint: %s/model.ckpt, loss curve: %s\n", o.out.c_str(), csv_path.c_str());
-    std::printf("--- sample ---\n%s\n---\n", generate(model, tokenizer, o, T).c_str());
+    if (o.save) std::printf("checkpoint: %s/model.ckpt\n", o.out.c_str());
+    std::printf("loss curve: %s\n", csv_path.c_str());
+    if (o.sample_length > 0)
+        std::printf("--- sample ---\n%s\n---\n", generate(model, tokenizer, o, T).c_str());
     return 0;
 }
 
