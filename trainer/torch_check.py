@@ -152,7 +152,7 @@ def clip(model, max_norm=1.0):
     return norm
 
 
-def train_torch(model, loader, steps, lr, warmup, autocast, step_fn=None):
+def train_torch(model, loader, steps, lr, warmup, autocast):
     optimizer = make_optimizer(model, lr)
     losses = []
     for step in range(steps):
@@ -297,13 +297,20 @@ def bench(args):
 def train(args):
     B, T = args.batch, args.seq_len
     out = Path(args.out) / f"train_{args.model}"
+    # The initial weights: a run of 0 steps saves them as its checkpoint (a header of 64 int32).
+    run([args.train_gpt, "--data", args.data, "-m", args.model, "-b", B, "-t", T, "--steps", 0,
+         "--val-every", 0, "--sample-length", 0, "--out", out / "init"], str(out) + "_init.log")
+    header = np.fromfile(out / "init/model.ckpt", dtype=np.int32, count=8)
+    meta = dict(zip(["layers", "channels", "heads", "max_seq_len", "vocab_size", "padded_vocab_size"],
+                    map(int, header[2:8])))
+    count = sum(math.prod(s) for s in shapes(meta))
+    params = torch.from_numpy(np.fromfile(out / "init/model.ckpt", dtype=np.float32, count=count,
+                                          offset=256)).cuda()
     text = run([args.train_gpt, "--data", args.data, "-m", args.model, "-b", B, "-t", T, "--steps",
                 args.steps, "--val-every", max(1, args.steps // 4), "--val-batches", 20,
-                "--sample-length", 96, "--temperature", 0.8, "--no-checkpoint", "--out", out,
-                "--dump-step0", out / "step0"], str(out) + ".log")
+                "--sample-length", 96, "--temperature", 0.8, "--no-checkpoint", "--out", out],
+               str(out) + ".log")
     ours = float(re.findall(r"val loss ([\d.]+)", text)[-1])
-    meta = read_meta(out / "step0/meta.txt")
-    params = torch.from_numpy(np.fromfile(out / "step0/params.bin", dtype=np.float32)).cuda()
     torch.backends.cuda.matmul.allow_tf32 = True
     model = Gpt(meta, params).cuda()
     train_torch(model, Loader(f"{args.data}/train_*.bin", B, T), args.steps, 6e-4, args.steps // 10,

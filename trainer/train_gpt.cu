@@ -89,7 +89,7 @@ evaluation and output
   --val-every N         validation loss every N steps (0: never)            [50]
   --val-batches N       micro-batches of validation                         [10]
   --out DIR             loss.csv and model.ckpt go here                     [out]
-  --checkpoint-every N  also save a checkpoint every N steps                [0: at the end only]
+  --checkpoint-every N  also save model_step<N>.ckpt every N steps          [0: at the end only]
   --no-checkpoint       save no checkpoint (timing runs)
   --resume FILE         continue from a checkpoint (same model)
   --sample-every N      print a sample every N steps (0: at the end only)   [0]
@@ -398,10 +398,10 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         }
         return static_cast<float>(sum / o.val_batches);
     };
-    auto save = [&](int step) {
+    auto save = [&](int step, const std::string& name) {
         Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(), {}, {}};
         model.optimizer_state(&checkpoint.m, &checkpoint.v);
-        save_checkpoint(o.out + "/model.ckpt", checkpoint);
+        save_checkpoint(o.out + "/" + name, checkpoint);
     };
 
     std::vector<int> inputs, targets;
@@ -417,7 +417,8 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
             std::printf("--- sample at step %d ---\n%s\n---\n", step,
                         generate(model, tokenizer, o, T).c_str());
-        if (o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0) save(step);
+        if (o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0)
+            save(step, "model_step" + std::to_string(step) + ".ckpt");
 
         const auto start = std::chrono::steady_clock::now();
         model.zero_grads();
@@ -461,7 +462,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         std::printf("step %5d | val loss %.4f\n", o.steps, val_loss);
         csv << o.steps << ",," << val_loss << ",,,,\n";
     }
-    if (o.save) save(o.steps);
+    if (o.save) save(o.steps, "model.ckpt");
     if (timed_steps > 0) {
         const double tokens_per_s = tokens_per_step * timed_steps / timed_seconds;
         std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,

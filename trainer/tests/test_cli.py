@@ -69,3 +69,20 @@ def test_without_a_gpu_says_so(train_gpt, byte_data):
     if result.returncode == 0:
         pytest.skip("a GPU is present")
     assert result.stderr.strip() == "train_gpt: error: no CUDA GPU is visible: the trainer needs one"
+
+
+def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_path):
+    """40 steps straight, and 20 steps resumed from the checkpoint of step 20: the same losses,
+    bit for bit (weights, optimizer state and data position all come back)."""
+    common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "0",
+              "--sample-length", "8"]
+    straight = subprocess.run([train_gpt, *common, "--checkpoint-every", "20", "--out", str(tmp_path / "a")],
+                              capture_output=True, text=True, timeout=300)
+    if "no CUDA GPU" in straight.stderr:
+        pytest.skip("no CUDA GPU")
+    assert straight.returncode == 0, straight.stderr
+    resumed = subprocess.run([train_gpt, *common, "--resume", str(tmp_path / "a/model_step20.ckpt"),
+                              "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    losses = lambda run: [line.split(",")[:2] for line in (tmp_path / run / "loss.csv").read_text().splitlines()[1:]]
+    assert losses("b") == losses("a")[20:]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The trainer's acceptance on a GPU in one command (course authors, on the device machine): build,
+# the GPU tests (the model against the CPU double reference, resume, the tiny PyTorch check), the
+# PyTorch agreement of the `small` model in fp32 and bf16, the throughput table (train_gpt vs
+# PyTorch eager and torch.compile, GPT-2 124M, B=16, T=1024) and a training run of GPT-2 124M on
+# the default corpus against PyTorch, with a sample.
+#
+#   OUT=dir dev/accept_trainer.sh [TRAIN_STEPS]      (default 1000; needs data/shakespeare, made
+#                                                     by trainer/prepare_data.py)
+# Logs go to $OUT (default build/accept-trainer): trainer.txt holds everything, summary.txt the
+# tables. Exit status 0 when every check passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-build/accept-trainer}
+steps=${1:-1000}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+log=$out/trainer.txt summary=$out/summary.txt
+work=build/accept-trainer-work  # dumps and checkpoints (gigabytes): not under $OUT
+: > "$log"
+: > "$summary"
+status=0
+step() {  # step NAME COMMAND...: runs it, its output to the log, its tail and status to the summary
+  local name=$1
+  shift
+  echo "=== $name: $*" >> "$log"
+  local start=$SECONDS
+  "$@" > "$out/step.txt" 2>&1
+  local rc=$?
+  cat "$out/step.txt" >> "$log"
+  { echo "=== $name (exit $rc, $((SECONDS - start)) s)"; tail -n "${TAIL:-12}" "$out/step.txt"; } >> "$summary"
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
+step build bash -c "cmake -S . -B build/trainer -G Ninja -DCOURSE_VARIANTS=solution \
+  -DCOURSE_TEST_GRADER=OFF > /dev/null && ninja -C build/trainer train_gpt trainer_tests | tail -3" || exit 1
+bin=build/trainer/bin
+TAIL=4 step gpu-tests "$bin/trainer_tests"
+TAIL=4 step pytest env TRAIN_GPT=$bin/train_gpt python3 -m pytest -q -p no:cacheprovider trainer/tests
+TAIL=8 step agree-fp32 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype fp32 --out "$work"
+TAIL=8 step agree-bf16 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 --out "$work"
+TAIL=7 step bench python3 trainer/torch_check.py bench --train-gpt $bin/train_gpt --steps 20 --out "$work"
+TAIL=12 step train python3 trainer/torch_check.py train --train-gpt $bin/train_gpt --model gpt2-124m \
+  -b 16 -t 1024 --steps "$steps" --out "$work"
+cp "$work/train_gpt2-124m/loss.csv" "$out/loss_gpt2-124m.csv" 2>/dev/null
+rm -f "$out/step.txt"
+cat "$summary"
+exit $status
