@@ -17,6 +17,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <algorithm>
 #include <map>
@@ -84,7 +85,17 @@ struct GemmPlan {
     cublasLtMatmulAlgo_t algo;
 };
 using GemmKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, long long,
-                           long long, long long, int>;
+                           long long, long long, int, int, int, int>;
+
+// The largest power of two up to 256 that divides the address and every batch's offset: cuBLASLt
+// picks algorithms for the alignment it is promised (the attention's T x T batches of an odd T
+// are 4-byte aligned only).
+int alignment_of(const void* p, long long stride_bytes) {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    int alignment = 256;
+    while (alignment > 1 && (address % alignment != 0 || stride_bytes % alignment != 0)) alignment /= 2;
+    return alignment;
+}
 
 struct Cublas {
     cublasLtHandle_t handle = nullptr;
@@ -112,8 +123,12 @@ void gemm(Out* d, const In* a, const In* b, const Out* bias, int m, int n, int k
           bool trans_b, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
           long long stride_a = 0, long long stride_b = 0, long long stride_d = 0) {
     Cublas& state = cublas();
+    const int align_a = alignment_of(a, stride_a * sizeof(In));
+    const int align_b = alignment_of(b, stride_b * sizeof(In));
+    const int align_d = alignment_of(d, stride_d * sizeof(Out));
     const GemmKey key{std::is_same_v<In, bf16>, std::is_same_v<Out, bf16>, bias != nullptr, m, n,
-                      k, trans_a, trans_b, lda, ldb, ldd, stride_a, stride_b, stride_d, batch};
+                      k, trans_a, trans_b, lda, ldb, ldd, stride_a, stride_b, stride_d, batch,
+                      align_a, align_b, align_d};
     auto found = state.plans.find(key);
     if (found == state.plans.end()) {
         GemmPlan plan{};
@@ -152,6 +167,13 @@ void gemm(Out* d, const In* a, const In* b, const Out* bias, int m, int n, int k
         cublasLtMatmulPreferenceSetAttribute(preference,
                                              CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &state.workspace_bytes, sizeof(state.workspace_bytes));
+        const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> alignments[] = {
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+        for (const auto& [attribute, bytes] : alignments)
+            cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes));
         cublasLtMatmulHeuristicResult_t heuristic{};
         int found_algos = 0;
         cublasLtMatmulAlgoGetHeuristic(state.handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
@@ -193,8 +215,8 @@ const Act* ones(long long n) {
 
 // ---- Linear layers ----
 
-// Row-major out[rows, OC] = inp[rows, C] @ weight[OC, C]^T is, column-major,
-// out^T (OC x rows) = weight^T... stored as weight (C x OC, transposed) times inp (C x rows).
+// Row-major out[rows, OC] = inp[rows, C] @ weight[OC, C]^T is, column-major, out^T (OC x rows) =
+// weight (stored C x OC, transposed) @ inp^T (stored C x rows as it is).
 template <typename Act>
 void linear_forward(Act* out, const Act* inp, const Act* weight, const Act* bias, int rows, int C,
                     int OC) {
