@@ -5,8 +5,10 @@
 # PyTorch eager and torch.compile, GPT-2 124M, B=16, T=1024) and a training run of GPT-2 124M on
 # the default corpus against PyTorch, with a sample.
 #
-#   OUT=dir dev/accept_trainer.sh [TRAIN_STEPS]      (default 1000; needs data/shakespeare, made
-#                                                     by trainer/prepare_data.py)
+#   OUT=dir BUDGET_S=540 dev/accept_trainer.sh [TRAIN_STEPS]   (default 1000; needs
+#                                     data/shakespeare, made by trainer/prepare_data.py)
+# BUDGET_S (default 3600) bounds the whole run: each step gets what is left of it, so a hung or
+# slow step still leaves the logs of the others.
 # Logs go to $OUT (default build/accept-trainer): trainer.txt holds everything, summary.txt the
 # tables. Exit status 0 when every check passed.
 set -uo pipefail
@@ -24,8 +26,9 @@ step() {  # step NAME COMMAND...: runs it, its output to the log, its tail and s
   local name=$1
   shift
   echo "=== $name: $*" >> "$log"
-  local start=$SECONDS
-  "$@" > "$out/step.txt" 2>&1
+  local start=$SECONDS left=$((${BUDGET_S:-3600} - SECONDS - 15))
+  [ $left -gt 10 ] || { echo "=== $name: no time left" >> "$summary"; status=1; return 1; }
+  timeout "$left" "$@" > "$out/step.txt" 2>&1
   local rc=$?
   cat "$out/step.txt" >> "$log"
   { echo "=== $name (exit $rc, $((SECONDS - start)) s)"; tail -n "${TAIL:-12}" "$out/step.txt"; } >> "$summary"
