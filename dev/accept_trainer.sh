@@ -36,7 +36,7 @@ step() {  # step NAME COMMAND...: runs it, its output to the log, its tail and s
   return $rc
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
-step build bash -c "cmake -S . -B build/trainer -G Ninja -DCOURSE_VARIANTS=solution \
+step build bash -o pipefail -c "cmake -S . -B build/trainer -G Ninja -DCOURSE_VARIANTS=solution \
   -DCOURSE_TEST_GRADER=OFF > /dev/null && ninja -C build/trainer train_gpt trainer_tests | tail -3" || exit 1
 bin=build/trainer/bin
 TAIL=4 step gpu-tests "$bin/trainer_tests"
