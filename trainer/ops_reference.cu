@@ -238,6 +238,12 @@ void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, c
                          rows, OC, 1.0f, 1.0f);
 }
 
+// W values of a row moved as one access (16 bytes where the row allows it).
+template <typename Act, int W>
+struct Pack {
+    Act value[W];
+};
+
 // ---- Embedding ----
 
 template <typename Act>
@@ -441,43 +447,44 @@ void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout
 // ---- Attention: cuBLAS products per head and a causal softmax between them ----
 
 // `count` tensors side by side per position, packed [B, T, count, NH, HS] (qkv: count 3), to one
-// [B, NH, T, HS] tensor after another in `heads` (q, k, v).
+// [B, NH, T, HS] tensor after another in `heads` (q, k, v). A warp per row of HS elements: the
+// index arithmetic (divisions) is paid once per row, and both sides are contiguous in d.
 template <typename Act>
 __global__ void split_heads_kernel(Act* heads, const Act* packed, int count, int B, int T, int NH,
                                    int HS) {
-    const long long per_tensor = static_cast<long long>(B) * T * NH * HS;
-    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-         i < count * per_tensor; i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        // i = ((which * B + b) * NH + h) * T + t) * HS + d
-        const int d = static_cast<int>(i % HS);
-        long long rest = i / HS;
-        const int t = static_cast<int>(rest % T);
-        rest /= T;
-        const int h = static_cast<int>(rest % NH);
-        rest /= NH;
-        const int b = static_cast<int>(rest % B);
-        const int which = static_cast<int>(rest / B);
-        heads[i] = packed[(((static_cast<long long>(b) * T + t) * count + which) * NH + h) * HS + d];
-    }
+    const int rows = count * B * NH * T;  // at most a few million: int is enough
+    const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (row >= rows) return;
+    // row = ((which * B + b) * NH + h) * T + t
+    const int t = row % T, h = row / T % NH, b = row / (T * NH) % B, which = row / (T * NH * B);
+    const Act* from = packed + ((static_cast<long long>(b) * T + t) * count + which) * NH * HS + h * HS;
+    Act* to = heads + static_cast<long long>(row) * HS;
+    for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from[d];
 }
 
 // The inverse: heads [count][B, NH, T, HS] -> out [B, T, count, NH, HS].
 template <typename Act>
 __global__ void merge_heads_kernel(Act* out, const Act* heads, int count, int B, int T, int NH,
                                    int HS) {
-    const long long per_tensor = static_cast<long long>(B) * T * NH * HS;
-    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-         i < count * per_tensor; i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int d = static_cast<int>(i % HS);
-        long long rest = i / HS;
-        const int t = static_cast<int>(rest % T);
-        rest /= T;
-        const int h = static_cast<int>(rest % NH);
-        rest /= NH;
-        const int b = static_cast<int>(rest % B);
-        const int which = static_cast<int>(rest / B);
-        out[(((static_cast<long long>(b) * T + t) * count + which) * NH + h) * HS + d] = heads[i];
-    }
+    const int rows = count * B * NH * T;
+    const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (row >= rows) return;
+    const int t = row % T, h = row / T % NH, b = row / (T * NH) % B, which = row / (T * NH * B);
+    Act* to = out + ((static_cast<long long>(b) * T + t) * count + which) * NH * HS + h * HS;
+    const Act* from = heads + static_cast<long long>(row) * HS;
+    for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from[d];
+}
+
+constexpr int kHeadRowsPerBlock = 8;  // warps per block
+
+// Launches either kernel over `count` tensors of B * NH * T rows.
+template <typename Act>
+void rearrange_heads(void (*kernel)(Act*, const Act*, int, int, int, int, int), Act* to,
+                     const Act* from, int count, int B, int T, int NH, int HS) {
+    const int rows = count * B * NH * T;
+    kernel<<<course::ceil_div(rows, kHeadRowsPerBlock), kHeadRowsPerBlock * kWarp>>>(to, from, count,
+                                                                                    B, T, NH, HS);
+    CUDA_CHECK_LAUNCH();
 }
 
 // A warp per row i of a T x T score matrix: softmax of scale * scores over keys 0..i, zeros after.
@@ -520,6 +527,99 @@ __global__ void causal_softmax_backward_kernel(Act* datt, const Act* att, long l
 
 constexpr int kSoftmaxRowsPerBlock = 8;  // warps per block
 
+// The same two kernels for bf16 rows of a multiple of 8: each lane moves 16 bytes (8 values) at a
+// time, so a warp's request is 512 contiguous bytes instead of 64. Vector v holds columns
+// 8v .. 8v + 7; the vectors up to the one holding column i are live, the rest are all zeros.
+constexpr int kVec = 8;
+using Bf16x8 = Pack<bf16, kVec>;
+
+__global__ void causal_softmax_vec_kernel(bf16* att, const bf16* preatt, long long rows, int T,
+                                          float scale) {
+    const long long row = blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= rows) return;
+    const int i = static_cast<int>(row % T);
+    const int live = i / kVec + 1;
+    const Bf16x8* scores = reinterpret_cast<const Bf16x8*>(preatt + row * T);
+    float row_max = -FLT_MAX;
+    for (int v = lane; v < live; v += kWarp) {
+        const Bf16x8 x = scores[v];
+        for (int k = 0; k < kVec && v * kVec + k <= i; ++k) row_max = fmaxf(row_max, to_float(x.value[k]));
+    }
+    row_max = warp_max(row_max);
+    float sum = 0.0f;
+    for (int v = lane; v < live; v += kWarp) {
+        const Bf16x8 x = scores[v];
+        for (int k = 0; k < kVec && v * kVec + k <= i; ++k) sum += expf((to_float(x.value[k]) - row_max) * scale);
+    }
+    const float inverse = 1.0f / warp_sum(sum);
+    Bf16x8* probs = reinterpret_cast<Bf16x8*>(att + row * T);
+    for (int v = lane; v < T / kVec; v += kWarp) {
+        Bf16x8 out;
+        const Bf16x8 x = v < live ? scores[v] : Bf16x8{};
+        for (int k = 0; k < kVec; ++k)
+            out.value[k] = __float2bfloat16(v * kVec + k <= i
+                                                ? expf((to_float(x.value[k]) - row_max) * scale) * inverse
+                                                : 0.0f);
+        probs[v] = out;
+    }
+}
+
+__global__ void causal_softmax_backward_vec_kernel(bf16* datt, const bf16* att, long long rows,
+                                                   int T, float scale) {
+    const long long row = blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= rows) return;
+    const int i = static_cast<int>(row % T);
+    const int live = i / kVec + 1;
+    const Bf16x8* p = reinterpret_cast<const Bf16x8*>(att + row * T);
+    Bf16x8* dp = reinterpret_cast<Bf16x8*>(datt + row * T);
+    float dot = 0.0f;
+    for (int v = lane; v < live; v += kWarp) {
+        const Bf16x8 a = p[v], d = dp[v];
+        for (int k = 0; k < kVec; ++k) dot += to_float(a.value[k]) * to_float(d.value[k]);  // p = 0 past i
+    }
+    dot = warp_sum(dot);
+    for (int v = lane; v < T / kVec; v += kWarp) {
+        Bf16x8 out;
+        const Bf16x8 a = v < live ? p[v] : Bf16x8{}, d = v < live ? dp[v] : Bf16x8{};
+        for (int k = 0; k < kVec; ++k)
+            out.value[k] = __float2bfloat16(
+                v * kVec + k <= i ? scale * to_float(a.value[k]) * (to_float(d.value[k]) - dot) : 0.0f);
+        dp[v] = out;
+    }
+}
+
+
+// Launchers: module 06's contract in fp32; in bf16 the vector kernels where rows allow them.
+template <typename Act>
+void causal_softmax(Act* att, const Act* preatt, long long rows, int T, float scale) {
+    if constexpr (std::is_same_v<Act, float>) {
+        ::softmax_causal(preatt, att, static_cast<int>(rows / T), T, scale);  // exactly this op
+    } else {
+        const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
+        if (T % kVec == 0)
+            causal_softmax_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T, scale);
+        else
+            causal_softmax_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T, scale);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+template <typename Act>
+void causal_softmax_backward(Act* datt, const Act* att, long long rows, int T, float scale) {
+    const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
+    if constexpr (std::is_same_v<Act, bf16>) {
+        if (T % kVec == 0) {
+            causal_softmax_backward_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T, scale);
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
+    causal_softmax_backward_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
 template <typename Act>
 void attention_forward(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv, int B, int T,
                        int C, int NH) {
@@ -528,29 +628,20 @@ void attention_forward(Act* out, Act* att, Act* scratch, Act* preatt, const Act*
     Act* q = scratch;
     Act* k = scratch + btc;
     Act* v = scratch + 2 * btc;
-    split_heads_kernel<<<elementwise_blocks(3 * btc), kElementwiseBlock>>>(scratch, qkv, 3, B, T, NH, HS);
-    CUDA_CHECK_LAUNCH();
+    rearrange_heads(split_heads_kernel<Act>, scratch, qkv, 3, B, T, NH, HS);
     const int heads = B * NH;
     const long long head_stride = static_cast<long long>(T) * HS, score_stride = static_cast<long long>(T) * T;
     // preatt[i][j] = q_i . k_j: column-major preatt^T (T x T) = k^T... k stored (HS x T), transposed.
     gemm<Act, Act>(preatt, k, q, nullptr, T, T, HS, true, false, HS, HS, T, 1.0f, 0.0f, heads,
                    head_stride, head_stride, score_stride);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    if constexpr (std::is_same_v<Act, float>) {
-        ::softmax_causal(preatt, att, heads, T, scale);  // module 06's contract, exactly this op
-    } else {
-        const long long rows = static_cast<long long>(heads) * T;
-        causal_softmax_kernel<<<static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock)),
-                                kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T, scale);
-        CUDA_CHECK_LAUNCH();
-    }
+    causal_softmax(att, preatt, static_cast<long long>(heads) * T, T, scale);
     // y[i][d] = sum_j att[i][j] v[j][d]: column-major y^T (HS x T) = v^T (HS x T) @ att^T (T x T),
     // both stored as they are. y goes where q was (q is no longer needed).
     Act* y = q;
     gemm<Act, Act>(y, v, att, nullptr, HS, T, T, false, false, HS, T, HS, 1.0f, 0.0f, heads,
                    head_stride, score_stride, head_stride);
-    merge_heads_kernel<<<elementwise_blocks(btc), kElementwiseBlock>>>(out, y, 1, B, T, NH, HS);
-    CUDA_CHECK_LAUNCH();
+    rearrange_heads(merge_heads_kernel<Act>, out, y, 1, B, T, NH, HS);
 }
 
 template <typename Act>
@@ -564,12 +655,10 @@ void attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout, con
     Act* dq = scratch + 3 * btc;
     Act* dk = scratch + 4 * btc;
     Act* dv = scratch + 5 * btc;
-    split_heads_kernel<<<elementwise_blocks(3 * btc), kElementwiseBlock>>>(scratch, qkv, 3, B, T, NH, HS);
-    CUDA_CHECK_LAUNCH();
+    rearrange_heads(split_heads_kernel<Act>, scratch, qkv, 3, B, T, NH, HS);
     // dy per head goes where dq will be: dq is written last, after dy's last use.
     Act* dy = dq;
-    split_heads_kernel<<<elementwise_blocks(btc), kElementwiseBlock>>>(dy, dout, 1, B, T, NH, HS);
-    CUDA_CHECK_LAUNCH();
+    rearrange_heads(split_heads_kernel<Act>, dy, dout, 1, B, T, NH, HS);
     const int heads = B * NH;
     const long long head_stride = static_cast<long long>(T) * HS, score_stride = static_cast<long long>(T) * T;
     // datt[i][j] = dy_i . v_j (the same product as preatt, with dy for q and v for k)
@@ -581,17 +670,14 @@ void attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout, con
                    head_stride, score_stride, head_stride);
     const long long rows = static_cast<long long>(heads) * T;
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    causal_softmax_backward_kernel<<<static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock)),
-                                     kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T, scale);
-    CUDA_CHECK_LAUNCH();
+    causal_softmax_backward(datt, att, rows, T, scale);
     // dk[j][d] = sum_i dpreatt[i][j] q[i][d] (the shape of dv's product), then
     // dq[i][d] = sum_j dpreatt[i][j] k[j][d] (the shape of y's product; overwrites dy).
     gemm<Act, Act>(dk, q, datt, nullptr, HS, T, T, false, true, HS, T, HS, 1.0f, 0.0f, heads,
                    head_stride, score_stride, head_stride);
     gemm<Act, Act>(dq, k, datt, nullptr, HS, T, T, false, false, HS, T, HS, 1.0f, 0.0f, heads,
                    head_stride, score_stride, head_stride);
-    merge_heads_kernel<<<elementwise_blocks(3 * btc), kElementwiseBlock>>>(dqkv, dq, 3, B, T, NH, HS);
-    CUDA_CHECK_LAUNCH();
+    rearrange_heads(merge_heads_kernel<Act>, dqkv, dq, 3, B, T, NH, HS);
 }
 
 // ---- GELU and the residual add ----
@@ -661,27 +747,33 @@ __device__ float block_sum(float x, float* shared) {
 }
 
 // A block per row. One pass keeps each thread's running (max, sum of exp) over its columns,
-// merged across the block; a second pass writes the gradient.
-template <typename Act>
+// merged across the block; a second pass writes the gradient. Each thread moves W consecutive
+// columns at a time (the padded row length Vp is a multiple of W).
+template <typename Act, int W>
 __global__ void cross_entropy_kernel(Act* logits, float* losses, const int* targets, float dloss,
                                      int V, int Vp) {
     __shared__ float shared[kCrossEntropyBlock / kWarp];
     const long long row = blockIdx.x;
     Act* x = logits + row * Vp;
+    Pack<Act, W>* packs = reinterpret_cast<Pack<Act, W>*>(x);
+    const int live = (V + W - 1) / W;  // packs holding at least one real column
     float running_max = -FLT_MAX, running_sum = 0.0f;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        const float value = to_float(x[c]);
-        if (value > running_max) {
-            running_sum *= expf(running_max - value);
-            running_max = value;
+    for (int p = threadIdx.x; p < live; p += blockDim.x) {
+        const Pack<Act, W> pack = packs[p];
+        for (int k = 0; k < W && p * W + k < V; ++k) {
+            const float value = to_float(pack.value[k]);
+            if (value > running_max) {
+                running_sum *= expf(running_max - value);
+                running_max = value;
+            }
+            running_sum += expf(value - running_max);
         }
-        running_sum += expf(value - running_max);
     }
     // The block's max, then every thread's sum rescaled to it.
     float row_max = running_max;
     {
         const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-        float m = warp_max(row_max);
+        const float m = warp_max(row_max);
         if (lane == 0) shared[warp] = m;
         __syncthreads();
         row_max = -FLT_MAX;
@@ -693,20 +785,30 @@ __global__ void cross_entropy_kernel(Act* logits, float* losses, const int* targ
     if (dloss == 0.0f) return;
     __syncthreads();  // every thread has read x[target] before it is overwritten
     const float inverse_sum = 1.0f / row_sum;
-    for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
-        float grad = 0.0f;
-        if (c < V) {
-            const float probability = expf(to_float(x[c]) - row_max) * inverse_sum;
-            grad = (probability - (c == target ? 1.0f : 0.0f)) * dloss;
+    for (int p = threadIdx.x; p < Vp / W; p += blockDim.x) {
+        const Pack<Act, W> pack = packs[p];
+        Pack<Act, W> grad;
+        for (int k = 0; k < W; ++k) {
+            const int c = p * W + k;
+            float g = 0.0f;  // the padding columns get no gradient
+            if (c < V) {
+                const float probability = expf(to_float(pack.value[k]) - row_max) * inverse_sum;
+                g = (probability - (c == target ? 1.0f : 0.0f)) * dloss;
+            }
+            grad.value[k] = from_float<Act>(g);
         }
-        x[c] = from_float<Act>(grad);
+        packs[p] = grad;
     }
 }
 
 template <typename Act>
 void cross_entropy(Act* logits, float* losses, const int* targets, float dloss, int rows, int V,
                    int Vp) {
-    cross_entropy_kernel<<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+    constexpr int kWide = 16 / sizeof(Act);  // values per 16 bytes
+    if (Vp % kWide == 0)
+        cross_entropy_kernel<Act, kWide><<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+    else
+        cross_entropy_kernel<Act, 1><<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -780,16 +882,78 @@ const Ops<Act> kReference = {
     cross_entropy<Act>,   sum_of_squares,         adamw<Act>,
 };
 
+// ---- The same ops, each call timed alone with CUDA events (--kernels profile) ----
+//
+// Where a step's time goes, op by op: every call is followed by a synchronization, so the step is
+// slower than with `reference`, but each op's time is its own. The table is printed at exit.
+
+const char* const kOpNames[] = {"embedding_forward",  "embedding_backward", "layernorm_forward",
+                                "layernorm_backward", "linear_forward",     "linear_backward",
+                                "attention_forward",  "attention_backward", "gelu_forward",
+                                "gelu_backward",      "residual_forward",   "cross_entropy",
+                                "sum_of_squares",     "adamw"};
+constexpr int kOps = sizeof kOpNames / sizeof kOpNames[0];
+
+struct OpTimes {
+    double ms[kOps] = {};
+    long calls[kOps] = {};
+    ~OpTimes() {
+        double total = 0.0;
+        for (double t : ms) total += t;
+        if (total == 0.0) return;
+        std::printf("GPU time per op (--kernels profile), %.1f ms in all:\n", total);
+        for (int i = 0; i < kOps; ++i)
+            if (calls[i])
+                std::printf("  %-20s %9.1f ms %5.1f%% %7ld calls\n", kOpNames[i], ms[i], 100 * ms[i] / total,
+                            calls[i]);
+    }
+};
+OpTimes op_times;
+
+template <int Index, auto Function>
+struct Timed;
+template <int Index, typename... Args, void (*Function)(Args...)>
+struct Timed<Index, Function> {
+    static void call(Args... args) {
+        static cudaEvent_t start = nullptr, stop = nullptr;
+        if (!start) {
+            CUDA_CHECK(cudaEventCreate(&start));
+            CUDA_CHECK(cudaEventCreate(&stop));
+        }
+        CUDA_CHECK(cudaEventRecord(start));
+        Function(args...);
+        CUDA_CHECK(cudaEventRecord(stop));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        op_times.ms[Index] += ms;
+        ++op_times.calls[Index];
+    }
+};
+
+template <typename Act>
+const Ops<Act> kProfile = {
+    "profile (reference, each op timed)",
+    Timed<0, embedding_forward<Act>>::call,   Timed<1, embedding_backward<Act>>::call,
+    Timed<2, layernorm_forward<Act>>::call,   Timed<3, layernorm_backward<Act>>::call,
+    Timed<4, linear_forward<Act>>::call,      Timed<5, linear_backward<Act>>::call,
+    Timed<6, attention_forward<Act>>::call,   Timed<7, attention_backward<Act>>::call,
+    Timed<8, gelu_forward<Act>>::call,        Timed<9, gelu_backward<Act>>::call,
+    Timed<10, residual_forward<Act>>::call,   Timed<11, cross_entropy<Act>>::call,
+    Timed<12, sum_of_squares>::call,          Timed<13, adamw<Act>>::call,
+};
+
 }  // namespace
 
 template <typename Act>
 const Ops<Act>* ops_table(const std::string& name) {
     if (name == "reference") return &kReference<Act>;
+    if (name == "profile") return &kProfile<Act>;
     return nullptr;
 }
 template const Ops<float>* ops_table<float>(const std::string&);
 template const Ops<bf16>* ops_table<bf16>(const std::string&);
 
-const char* ops_table_names() { return "reference"; }
+const char* ops_table_names() { return "reference, profile"; }
 
 }  // namespace trainer

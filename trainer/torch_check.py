@@ -42,7 +42,7 @@ NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 H100_PEAK_TFLOPS = 989.4  # dense bf16; train_gpt's table has the others
 TOLERANCES = {  # (loss, logits max abs, gradient max error / tensor's max |grad|, losses over the steps)
-    "fp32": (1e-4, 2e-3, 2e-3, 5e-3),
+    "fp32": (1e-4, 2e-3, 2e-3, 1e-2),
     "bf16": (3e-2, 0.15, 0.1, 6e-2),
 }
 
@@ -63,35 +63,49 @@ def read_meta(path):
 
 
 class Gpt(torch.nn.Module if torch else object):
-    """GPT-2 as train_gpt builds it: tied LM head, padded vocabulary, tanh GELU, stacked layers."""
+    """GPT-2 as train_gpt builds it (tied LM head, padded vocabulary, tanh GELU), written the way
+    a PyTorch user would: one set of parameters per layer, attention through SDPA."""
 
     def __init__(self, config, flat):
         super().__init__()
         self.c = config
-        tensors, offset = [], 0
-        for shape in shapes(config):
+        tensors, offset = {}, 0
+        for name, shape in zip(NAMES, shapes(config)):
             n = math.prod(shape)
-            tensors.append(torch.nn.Parameter(flat[offset:offset + n].view(shape).clone()))
+            tensors[name] = flat[offset:offset + n].view(shape)
             offset += n
-        self.p = torch.nn.ParameterList(tensors)
+        parameter = lambda t: torch.nn.Parameter(t.clone())
+        self.wte, self.wpe = parameter(tensors["wte"]), parameter(tensors["wpe"])
+        self.lnfw, self.lnfb = parameter(tensors["lnfw"]), parameter(tensors["lnfb"])
+        self.layers = torch.nn.ModuleList(
+            torch.nn.ParameterDict({name: parameter(tensors[name][l]) for name in NAMES[2:14]})
+            for l in range(config["layers"]))
+
+    def tensor(self, name):
+        """train_gpt's tensor `name`: per-layer parameters stacked in layer order."""
+        if name in NAMES[2:14]:
+            return [layer[name] for layer in self.layers]
+        return [getattr(self, name)]
+
+    def flat_grad(self, name):
+        return torch.stack([p.grad for p in self.tensor(name)]).reshape(-1)
 
     def forward(self, idx):
-        c, p = self.c, dict(zip(NAMES, self.p))
+        c = self.c
         B, T = idx.shape
         C, NH = c["channels"], c["heads"]
-        x = p["wte"][idx] + p["wpe"][:T]
-        for l in range(c["layers"]):
-            h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], 1e-5)
-            q, k, v = (h @ p["qkvw"][l].T + p["qkvb"][l]).split(C, dim=2)
+        x = self.wte[idx] + self.wpe[:T]
+        for p in self.layers:
+            h = F.layer_norm(x, (C,), p["ln1w"], p["ln1b"], 1e-5)
+            q, k, v = F.linear(h, p["qkvw"], p["qkvb"]).split(C, dim=2)
             q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            y = y.transpose(1, 2).reshape(B, T, C)
-            x = x + y @ p["attprojw"][l].T + p["attprojb"][l]
-            h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], 1e-5)
-            h = F.gelu(h @ p["fcw"][l].T + p["fcb"][l], approximate="tanh")
-            x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
-        x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
-        return x @ p["wte"].T  # [B, T, Vp]
+            x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), p["attprojw"], p["attprojb"])
+            h = F.layer_norm(x, (C,), p["ln2w"], p["ln2b"], 1e-5)
+            h = F.gelu(F.linear(h, p["fcw"], p["fcb"]), approximate="tanh")
+            x = x + F.linear(h, p["fcprojw"], p["fcprojb"])
+        x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, 1e-5)
+        return F.linear(x, self.wte)  # [B, T, Vp]
 
     def loss(self, idx, targets):
         V = self.c["vocab_size"]
@@ -136,8 +150,8 @@ def learning_rate(step, steps, lr, warmup, min_fraction=0.1):
 
 
 def make_optimizer(model, lr, fused=False):
-    decayed = [p for n, p in zip(NAMES, model.p) if n in DECAYED]
-    rest = [p for n, p in zip(NAMES, model.p) if n not in DECAYED]
+    decayed = [p for n in NAMES if n in DECAYED for p in model.tensor(n)]
+    rest = [p for n in NAMES if n not in DECAYED for p in model.tensor(n)]
     return torch.optim.AdamW([{"params": decayed, "weight_decay": 0.1},
                               {"params": rest, "weight_decay": 0.0}],
                              lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=fused)
@@ -145,10 +159,10 @@ def make_optimizer(model, lr, fused=False):
 
 def clip(model, max_norm=1.0):
     """train_gpt's clipping: scale by max_norm / norm when the norm is above max_norm."""
-    norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in model.p))
+    grads = [p.grad for p in model.parameters()]
+    norm = torch.sqrt(sum((g.float() ** 2).sum() for g in grads))
     scale = torch.clamp(max_norm / norm, max=1.0)
-    for p in model.p:
-        p.grad.mul_(scale)
+    torch._foreach_mul_(grads, scale)
     return norm
 
 
@@ -171,7 +185,8 @@ def train_torch(model, loader, steps, lr, warmup, autocast):
 
 def run(command, log):
     print("$", " ".join(map(str, command)), flush=True)
-    result = subprocess.run(list(map(str, command)), capture_output=True, text=True)
+    # A sample may end inside a character's bytes: decode what is printed leniently.
+    result = subprocess.run(list(map(str, command)), capture_output=True, text=True, errors="replace")
     Path(log).write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         sys.exit(f"train_gpt failed ({result.returncode}): {(result.stderr or result.stdout).strip()[-2000:]}")
@@ -215,12 +230,12 @@ def agree(args):
     ok = report("step-0 loss |difference|", abs(meta["loss"] - loss.item()), tol_loss)
     ok &= report("step-0 logits max |difference|", (ours_logits[..., :V] - logits[..., :V]).abs().max().item(), tol_logits)
     offset, worst, worst_name = 0, 0.0, ""
-    for name, p in zip(NAMES, model.p):
-        n = p.numel()
-        ours = ours_grads[offset:offset + n].view_as(p)
-        offset += n
-        scale = p.grad.abs().max().item()
-        error = (ours - p.grad).abs().max().item() / max(scale, 1e-30)
+    for name in NAMES:
+        theirs = model.flat_grad(name)
+        ours = ours_grads[offset:offset + theirs.numel()]
+        offset += theirs.numel()
+        scale = theirs.abs().max().item()
+        error = (ours - theirs).abs().max().item() / max(scale, 1e-30)
         if error > worst:
             worst, worst_name = error, name
     ok &= report(f"gradients, worst tensor ({worst_name})", worst, tol_grads)
@@ -232,7 +247,8 @@ def agree(args):
     ours = read_csv_losses(out / "loss.csv")
     gap = max(abs(a - b) for a, b in zip(ours, theirs))
     ok &= report(f"losses of {steps} steps, max |difference|", gap, tol_curve)
-    print(f"  step 1: {ours[0]:.4f} vs {theirs[0]:.4f}; step {steps}: {ours[-1]:.4f} vs {theirs[-1]:.4f}")
+    print("  step, train_gpt, PyTorch: " + "; ".join(
+        f"{s + 1} {ours[s]:.4f} {theirs[s]:.4f}" for s in sorted({0, 4, 9, 19, 29, 39, steps - 1}) if s < steps))
     return ok
 
 

@@ -7,7 +7,7 @@ import pytest
 
 
 def fails(train_gpt, *args):
-    result = subprocess.run([train_gpt, *map(str, args)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([train_gpt, *map(str, args)], capture_output=True, text=True, errors="replace", timeout=60)
     assert result.returncode != 0, result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -65,7 +65,7 @@ def test_truncated_checkpoint(train_gpt, byte_data, tmp_path):
 
 
 def test_without_a_gpu_says_so(train_gpt, byte_data):
-    result = subprocess.run([train_gpt, "--data", str(byte_data), "--steps", "1"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([train_gpt, "--data", str(byte_data), "--steps", "1"], capture_output=True, text=True, errors="replace", timeout=120)
     if result.returncode == 0:
         pytest.skip("a GPU is present")
     assert result.stderr.strip() == "train_gpt: error: no CUDA GPU is visible: the trainer needs one"
@@ -77,12 +77,12 @@ def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_pat
     common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "0",
               "--sample-length", "8"]
     straight = subprocess.run([train_gpt, *common, "--checkpoint-every", "20", "--out", str(tmp_path / "a")],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, errors="replace", timeout=300)
     if "no CUDA GPU" in straight.stderr:
         pytest.skip("no CUDA GPU")
     assert straight.returncode == 0, straight.stderr
     resumed = subprocess.run([train_gpt, *common, "--resume", str(tmp_path / "a/model_step20.ckpt"),
-                              "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
+                              "--out", str(tmp_path / "b")], capture_output=True, text=True, errors="replace", timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     losses = lambda run: [line.split(",")[:2] for line in (tmp_path / run / "loss.csv").read_text().splitlines()[1:]]
     assert losses("b") == losses("a")[20:]
