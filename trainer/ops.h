@@ -11,9 +11,10 @@
 // channels of a linear layer, V the vocabulary and Vp the vocabulary padded for the GEMMs.
 // Every pointer is a device pointer; every function enqueues its work on the default stream.
 //
-// reference_ops() is the course's fastest implementation (ops_reference.cu). Module 08 adds a
-// table whose entries call the learner's exercise kernels through their contracts, taking the
-// reference entry for every op the learner has not written yet; `train_gpt --kernels NAME`
+// The tables (ops_reference.cu): "reference", the course's fastest implementation, and "profile",
+// the same ops each timed alone with CUDA events (a table of GPU time per op at exit). Module 08
+// adds a table whose entries call the learner's exercise kernels through their contracts, taking
+// the reference entry for every op the learner has not written yet; `train_gpt --kernels NAME`
 // selects a table (ops_table below).
 #pragma once
 
@@ -97,11 +98,11 @@ struct Ops {
                   float beta2_correction, float eps, float weight_decay, float grad_scale);
 };
 
-// The tables this build has, by name ("reference"); nullptr for an unknown name.
+// The tables this build has, by name ("reference", "profile"); nullptr for an unknown name.
 template <typename Act>
 const Ops<Act>* ops_table(const std::string& name);
 
-// What ops_table knows, for error messages ("reference").
+// What ops_table knows, for error messages ("reference, profile").
 const char* ops_table_names();
 
 }  // namespace trainer
