@@ -33,7 +33,8 @@ std::vector<std::uint16_t> read_shard(const std::string& path) {
     if (header[0] != kShardMagic)
         fail(path, "not a token shard (magic " + std::to_string(header[0]) + ", expected " +
                        std::to_string(kShardMagic) + "): make shards with trainer/prepare_data.py");
-    if (header[1] != 1) fail(path, "token shard version " + std::to_string(header[1]) + ", expected 1");
+    if (header[1] != 1)
+        fail(path, "token shard version " + std::to_string(header[1]) + ", expected 1");
     const std::int64_t count = header[2];
     const std::int64_t held = (bytes - static_cast<std::streamoff>(sizeof header)) / 2;
     if (count < 0 || count != held)
@@ -59,7 +60,8 @@ std::vector<std::string> expand_pattern(const std::string& pattern) {
         for (std::size_t i = 0; i < found.gl_pathc; ++i) files.emplace_back(found.gl_pathv[i]);
     globfree(&found);
     if (files.empty())
-        fail(pattern, "no data shard matches (run trainer/prepare_data.py first, or check the path)");
+        fail(pattern,
+             "no data shard matches (run trainer/prepare_data.py first, or check the path)");
     std::sort(files.begin(), files.end());
     return files;
 }
@@ -127,7 +129,8 @@ Tokenizer::Tokenizer(const std::string& path) {
     for (std::uint32_t i = 0; i < count; ++i) {
         unsigned char length = 0;
         if (!file.read(reinterpret_cast<char*>(&length), 1))
-            fail(path, "ends after " + std::to_string(i) + " of its " + std::to_string(count) + " tokens");
+            fail(path, "ends after " + std::to_string(i) + " of its " + std::to_string(count) +
+                           " tokens");
         pieces_[i].resize(length);
         if (length && !file.read(pieces_[i].data(), length))
             fail(path, "ends inside token " + std::to_string(i));

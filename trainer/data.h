@@ -28,7 +28,7 @@ std::vector<std::string> expand_pattern(const std::string& pattern);
 // Micro-batches of B sequences of T tokens read in order through the shards of a pattern, one
 // shard in memory at a time, starting over after the last. targets are the inputs shifted by one.
 class TokenLoader {
-public:
+  public:
     // Every token must be below vocab_size; every shard must hold at least B * T + 1 tokens.
     TokenLoader(const std::string& pattern, int vocab_size, int B, int T);
     void next_batch(std::vector<int>* inputs, std::vector<int>* targets);
@@ -39,7 +39,7 @@ public:
     void seek(std::size_t shard_index, std::size_t offset);
     std::size_t shard_count() const { return files_.size(); }
 
-private:
+  private:
     void load(std::size_t shard_index);
 
     std::vector<std::string> files_;
@@ -50,13 +50,13 @@ private:
 };
 
 class Tokenizer {
-public:
+  public:
     explicit Tokenizer(const std::string& path);  // throws on a missing or malformed file
     int vocab_size() const { return static_cast<int>(pieces_.size()); }
     int end_of_text() const { return end_of_text_; }
     const std::string& decode(int token) const { return pieces_.at(token); }
 
-private:
+  private:
     std::vector<std::string> pieces_;
     int end_of_text_ = 0;
 };

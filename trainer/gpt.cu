@@ -31,14 +31,14 @@ bool gpt_preset(const std::string& name, int vocab_size, GptConfig* config) {
         int layers, channels, heads, max_seq_len;
     };
     static const Preset presets[] = {
-        {"tiny", 2, 64, 4, 64},       // the tests': a few hundred thousand parameters
-        {"small", 6, 384, 6, 256},    // minutes on one GPU
+        {"tiny", 2, 64, 4, 64},     // the tests': a few hundred thousand parameters
+        {"small", 6, 384, 6, 256},  // minutes on one GPU
         {"gpt2-124m", 12, 768, 12, 1024},
     };
     for (const Preset& preset : presets) {
         if (name != preset.name) continue;
-        *config = {preset.layers, preset.channels, preset.heads, preset.max_seq_len, vocab_size,
-                   padded_vocab(vocab_size)};
+        *config = {preset.layers,      preset.channels, preset.heads,
+                   preset.max_seq_len, vocab_size,      padded_vocab(vocab_size)};
         return true;
     }
     return false;
@@ -51,13 +51,20 @@ ParamLayout param_layout(const GptConfig& config) {
     ParamLayout layout;
     layout.size = {static_cast<std::size_t>(config.padded_vocab_size) * C,
                    static_cast<std::size_t>(config.max_seq_len) * C,
-                   L * C, L * C,
-                   L * 3 * C * C, L * 3 * C,
-                   L * C * C, L * C,
-                   L * C, L * C,
-                   L * 4 * C * C, L * 4 * C,
-                   L * C * 4 * C, L * C,
-                   C, C};
+                   L * C,
+                   L * C,
+                   L * 3 * C * C,
+                   L * 3 * C,
+                   L * C * C,
+                   L * C,
+                   L * C,
+                   L * C,
+                   L * 4 * C * C,
+                   L * 4 * C,
+                   L * C * 4 * C,
+                   L * C,
+                   C,
+                   C};
     for (int i = 0; i < kParamTensors; ++i) {
         layout.offset[i] = layout.total;
         layout.total += layout.size[i];
@@ -71,10 +78,22 @@ bool is_decayed(int tensor) {
 }
 
 const char* param_name(int tensor) {
-    static const char* names[kParamTensors] = {
-        "wte",  "wpe",  "ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "attn_proj.weight",
-        "attn_proj.bias", "ln2.weight", "ln2.bias", "fc.weight", "fc.bias", "fc_proj.weight",
-        "fc_proj.bias", "lnf.weight", "lnf.bias"};
+    static const char* names[kParamTensors] = {"wte",
+                                               "wpe",
+                                               "ln1.weight",
+                                               "ln1.bias",
+                                               "qkv.weight",
+                                               "qkv.bias",
+                                               "attn_proj.weight",
+                                               "attn_proj.bias",
+                                               "ln2.weight",
+                                               "ln2.bias",
+                                               "fc.weight",
+                                               "fc.bias",
+                                               "fc_proj.weight",
+                                               "fc_proj.bias",
+                                               "lnf.weight",
+                                               "lnf.bias"};
     return names[tensor];
 }
 
@@ -110,10 +129,12 @@ std::vector<float> initial_params(const GptConfig& config, std::uint64_t seed) {
             std::fill(tensor, tensor + count, 1.0f);
         } else if (is_decayed(i)) {
             // The padding rows of wte stay 0: no token maps to them and the loss ignores them.
-            if (i == kTokenEmbedding) count = static_cast<std::size_t>(config.vocab_size) * config.channels;
+            if (i == kTokenEmbedding)
+                count = static_cast<std::size_t>(config.vocab_size) * config.channels;
             const double scale =
                 (i == kAttnProjWeight || i == kFcProjWeight) ? residual_std_dev : std_dev;
-            for (std::size_t j = 0; j < count; ++j) tensor[j] = static_cast<float>(scale * random.normal());
+            for (std::size_t j = 0; j < count; ++j)
+                tensor[j] = static_cast<float>(scale * random.normal());
         }
     }
     return params;
@@ -122,7 +143,8 @@ std::vector<float> initial_params(const GptConfig& config, std::uint64_t seed) {
 double flops_per_token(const GptConfig& config, int T) {
     const ParamLayout layout = param_layout(config);
     // The position embedding is a lookup, not a product; wte is also the LM head's matrix.
-    const double matrix_params = static_cast<double>(layout.total - layout.size[kPositionEmbedding]);
+    const double matrix_params =
+        static_cast<double>(layout.total - layout.size[kPositionEmbedding]);
     return 6.0 * matrix_params + 12.0 * config.layers * config.channels * static_cast<double>(T);
 }
 
@@ -223,8 +245,8 @@ void Gpt<Act>::set_params(const std::vector<float>& params) {
     if (params.size() != layout_.total)
         throw std::runtime_error("set_params: " + std::to_string(params.size()) +
                                  " values for a model of " + std::to_string(layout_.total));
-    CUDA_CHECK(cudaMemcpy(master_, params.data(), params.size() * sizeof(float),
-                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(master_, params.data(), params.size() * sizeof(float), cudaMemcpyHostToDevice));
     if constexpr (!std::is_same_v<Act, float>) {
         std::vector<Act> working(params.size());
         for (std::size_t i = 0; i < params.size(); ++i) working[i] = Act(params[i]);
@@ -236,7 +258,8 @@ void Gpt<Act>::set_params(const std::vector<float>& params) {
 template <typename Act>
 std::vector<float> Gpt<Act>::params() const {
     std::vector<float> host(layout_.total);
-    CUDA_CHECK(cudaMemcpy(host.data(), master_, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(host.data(), master_, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return host;
 }
 
@@ -262,10 +285,10 @@ void Gpt<Act>::upload_tokens(const int* inputs, const int* targets, int n) {
         const bool bad_input = inputs[i] < 0 || inputs[i] >= config_.vocab_size;
         const bool bad_target = targets && (targets[i] < 0 || targets[i] >= config_.vocab_size);
         if (bad_input || bad_target)
-            throw std::runtime_error("token id " + std::to_string(bad_input ? inputs[i] : targets[i]) +
-                                     " is outside the model's vocabulary of " +
-                                     std::to_string(config_.vocab_size) +
-                                     " (data made with another tokenizer?)");
+            throw std::runtime_error(
+                "token id " + std::to_string(bad_input ? inputs[i] : targets[i]) +
+                " is outside the model's vocabulary of " + std::to_string(config_.vocab_size) +
+                " (data made with another tokenizer?)");
     }
     CUDA_CHECK(cudaMemcpy(inputs_, inputs, n * sizeof(int), cudaMemcpyHostToDevice));
     if (targets) CUDA_CHECK(cudaMemcpy(targets_, targets, n * sizeof(int), cudaMemcpyHostToDevice));
@@ -286,14 +309,16 @@ void Gpt<Act>::upload_tokens(const int* inputs, const int* targets, int n) {
     const int count = static_cast<int>(token.size());
     std::copy(token.begin(), token.end(), host.begin());
     std::copy(start.begin(), start.end(), host.begin() + n);
-    CUDA_CHECK(cudaMemcpy(bucket_data_, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(bucket_data_, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice));
     buckets_ = {count, bucket_data_, bucket_data_ + n, bucket_data_ + 2 * n + 1};
 }
 
 template <typename Act>
 void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, float dloss_scale) {
     if (B > max_B_ || T > max_T_)
-        throw std::runtime_error("a micro-batch of " + std::to_string(B) + " x " + std::to_string(T) +
+        throw std::runtime_error("a micro-batch of " + std::to_string(B) + " x " +
+                                 std::to_string(T) +
                                  " tokens is larger than the model was built for (" +
                                  std::to_string(max_B_) + " x " + std::to_string(max_T_) + ")");
     upload_tokens(inputs, targets, B * T);
@@ -330,8 +355,8 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
         // MLP block: x + proj(gelu(fc(ln2(x))))
         ops_.layernorm_forward(ln2, act_.ln2_mean + l * bt, act_.ln2_rstd + l * bt, residual2,
                                param_[kLn2Weight] + l * C, param_[kLn2Bias] + l * C, rows, C);
-        ops_.linear_forward(fch, ln2, param_[kFcWeight] + l * 4 * C * C, param_[kFcBias] + l * 4 * C,
-                            rows, C, 4 * C);
+        ops_.linear_forward(fch, ln2, param_[kFcWeight] + l * 4 * C * C,
+                            param_[kFcBias] + l * 4 * C, rows, C, 4 * C);
         ops_.gelu_forward(fch_gelu, fch, 4 * n);
         ops_.linear_forward(act_.projection, fch_gelu, param_[kFcProjWeight] + l * 4 * C * C,
                             param_[kFcProjBias] + l * C, rows, 4 * C, C);
@@ -344,8 +369,8 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
     ops_.linear_forward(act_.logits, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
                         config_.padded_vocab_size);
     if (targets)
-        ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows, config_.vocab_size,
-                           config_.padded_vocab_size);
+        ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows,
+                           config_.vocab_size, config_.padded_vocab_size);
 }
 
 template <typename Act>
@@ -381,8 +406,9 @@ void Gpt<Act>::backward(int B, int T) {
                              grad_[kFcProjBias] + l * C, act_.dresidual, fch_gelu,
                              param_[kFcProjWeight] + l * 4 * C * C, rows, 4 * C, C);
         ops_.gelu_backward(act_.d4c, fch, act_.d4c, 4 * n);
-        ops_.linear_backward(act_.dbtc, grad_[kFcWeight] + l * 4 * C * C, grad_[kFcBias] + l * 4 * C,
-                             act_.d4c, ln2, param_[kFcWeight] + l * 4 * C * C, rows, C, 4 * C);
+        ops_.linear_backward(act_.dbtc, grad_[kFcWeight] + l * 4 * C * C,
+                             grad_[kFcBias] + l * 4 * C, act_.d4c, ln2,
+                             param_[kFcWeight] + l * 4 * C * C, rows, C, 4 * C);
         ops_.layernorm_backward(act_.dresidual, grad_[kLn2Weight] + l * C, grad_[kLn2Bias] + l * C,
                                 act_.dbtc, residual2, param_[kLn2Weight] + l * C,
                                 act_.ln2_mean + l * bt, act_.ln2_rstd + l * bt, rows, C);
@@ -407,7 +433,8 @@ template <typename Act>
 float Gpt<Act>::loss(const int* inputs, const int* targets, int B, int T) {
     forward(inputs, targets, B, T, 0.0f);
     const int rows = B * T;
-    CUDA_CHECK(cudaMemcpy(host_losses_.data(), act_.losses, rows * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(host_losses_.data(), act_.losses, rows * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
     for (int i = 0; i < rows; ++i) sum += host_losses_[i];
     return static_cast<float>(sum / rows);
@@ -419,7 +446,8 @@ float Gpt<Act>::forward_backward(const int* inputs, const int* targets, int B, i
     forward(inputs, targets, B, T, dloss_scale);
     backward(B, T);
     const int rows = B * T;
-    CUDA_CHECK(cudaMemcpy(host_losses_.data(), act_.losses, rows * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(host_losses_.data(), act_.losses, rows * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
     for (int i = 0; i < rows; ++i) sum += host_losses_[i];
     return static_cast<float>(sum / rows);
@@ -433,7 +461,8 @@ void Gpt<Act>::zero_grads() {
 template <typename Act>
 std::vector<float> Gpt<Act>::grads() const {
     std::vector<float> host(layout_.total);
-    CUDA_CHECK(cudaMemcpy(host.data(), grads_, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(host.data(), grads_, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return host;
 }
 
@@ -451,7 +480,8 @@ template <typename Act>
 std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int t) {
     forward(tokens, nullptr, 1, t, 0.0f);
     std::vector<Act> stored(config_.vocab_size);
-    CUDA_CHECK(cudaMemcpy(stored.data(), act_.logits + static_cast<std::size_t>(t - 1) * config_.padded_vocab_size,
+    CUDA_CHECK(cudaMemcpy(stored.data(),
+                          act_.logits + static_cast<std::size_t>(t - 1) * config_.padded_vocab_size,
                           stored.size() * sizeof(Act), cudaMemcpyDeviceToHost));
     std::vector<float> host(stored.size());
     for (std::size_t i = 0; i < stored.size(); ++i) host[i] = static_cast<float>(stored[i]);

@@ -15,10 +15,10 @@ namespace trainer {
 
 struct GptConfig {
     int layers = 0;
-    int channels = 0;     // C
-    int heads = 0;        // NH; C / NH is the head size
-    int max_seq_len = 0;  // the longest context, the rows of the position embedding
-    int vocab_size = 0;   // V: tokens the tokenizer makes
+    int channels = 0;           // C
+    int heads = 0;              // NH; C / NH is the head size
+    int max_seq_len = 0;        // the longest context, the rows of the position embedding
+    int vocab_size = 0;         // V: tokens the tokenizer makes
     int padded_vocab_size = 0;  // Vp: V rounded up to a multiple of 128, for the GEMMs
 };
 
@@ -32,22 +32,22 @@ const char* gpt_preset_names();
 
 // The parameter tensors, in their order in the flat array.
 enum ParamTensor {
-    kTokenEmbedding,       // wte [Vp, C], also the LM head (tied)
-    kPositionEmbedding,    // wpe [max_seq_len, C]
-    kLn1Weight,            // [L, C]
-    kLn1Bias,              // [L, C]
-    kQkvWeight,            // [L, 3C, C]
-    kQkvBias,              // [L, 3C]
-    kAttnProjWeight,       // [L, C, C]
-    kAttnProjBias,         // [L, C]
-    kLn2Weight,            // [L, C]
-    kLn2Bias,              // [L, C]
-    kFcWeight,             // [L, 4C, C]
-    kFcBias,               // [L, 4C]
-    kFcProjWeight,         // [L, C, 4C]
-    kFcProjBias,           // [L, C]
-    kLnfWeight,            // [C]
-    kLnfBias,              // [C]
+    kTokenEmbedding,     // wte [Vp, C], also the LM head (tied)
+    kPositionEmbedding,  // wpe [max_seq_len, C]
+    kLn1Weight,          // [L, C]
+    kLn1Bias,            // [L, C]
+    kQkvWeight,          // [L, 3C, C]
+    kQkvBias,            // [L, 3C]
+    kAttnProjWeight,     // [L, C, C]
+    kAttnProjBias,       // [L, C]
+    kLn2Weight,          // [L, C]
+    kLn2Bias,            // [L, C]
+    kFcWeight,           // [L, 4C, C]
+    kFcBias,             // [L, 4C]
+    kFcProjWeight,       // [L, C, 4C]
+    kFcProjBias,         // [L, C]
+    kLnfWeight,          // [C]
+    kLnfBias,            // [C]
     kParamTensors
 };
 
@@ -75,7 +75,7 @@ double flops_per_token(const GptConfig& config, int T);
 // optimizer state). Errors (out of memory included) throw std::runtime_error.
 template <typename Act>
 class Gpt {
-public:
+  public:
     Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T);
     ~Gpt();
     Gpt(const Gpt&) = delete;
@@ -109,7 +109,7 @@ public:
     float update(float lr, float beta1, float beta2, float eps, float weight_decay, float max_norm,
                  int step);
 
-private:
+  private:
     void forward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
     void backward(int B, int T);
     void upload_tokens(const int* inputs, const int* targets, int n);
@@ -133,38 +133,38 @@ private:
 
     // Activations kept for the backward, per layer where it says L.
     struct Activations {
-        Act* encoded;               // [B, T, C]
-        Act* ln1;                   // [L, B, T, C]
-        float *ln1_mean, *ln1_rstd; // [L, B, T]
-        Act* qkv;                   // [L, B, T, 3C]
-        Act* atty;                  // [L, B, T, C]
-        Act* att;                   // [L, B, NH, T, T]
-        Act* residual2;             // [L, B, T, C]
-        Act* ln2;                   // [L, B, T, C]
-        float *ln2_mean, *ln2_rstd; // [L, B, T]
-        Act* fch;                   // [L, B, T, 4C]
-        Act* fch_gelu;              // [L, B, T, 4C]
-        Act* residual3;             // [L, B, T, C]
-        Act* lnf;                   // [B, T, C]
-        float *lnf_mean, *lnf_rstd; // [B, T]
-        Act* logits;                // [B, T, Vp], the gradient after a backward's forward
-        float* losses;              // [B, T]
+        Act* encoded;                // [B, T, C]
+        Act* ln1;                    // [L, B, T, C]
+        float *ln1_mean, *ln1_rstd;  // [L, B, T]
+        Act* qkv;                    // [L, B, T, 3C]
+        Act* atty;                   // [L, B, T, C]
+        Act* att;                    // [L, B, NH, T, T]
+        Act* residual2;              // [L, B, T, C]
+        Act* ln2;                    // [L, B, T, C]
+        float *ln2_mean, *ln2_rstd;  // [L, B, T]
+        Act* fch;                    // [L, B, T, 4C]
+        Act* fch_gelu;               // [L, B, T, 4C]
+        Act* residual3;              // [L, B, T, C]
+        Act* lnf;                    // [B, T, C]
+        float *lnf_mean, *lnf_rstd;  // [B, T]
+        Act* logits;                 // [B, T, Vp], the gradient after a backward's forward
+        float* losses;               // [B, T]
         // Scratch shared by the layers
-        Act* projection;            // [B, T, C]: a linear layer's output before the residual add
-        Act* attention_scratch;     // [6, B, T, C]
-        Act* scores;                // [B, NH, T, T]: preatt in the forward, datt in the backward
-        Act* dresidual;             // [B, T, C]
-        Act* dbtc;                  // [B, T, C]
-        Act* dbtc2;                 // [B, T, C]
-        Act* d4c;                   // [B, T, 4C]
-        Act* dqkv;                  // [B, T, 3C]
+        Act* projection;         // [B, T, C]: a linear layer's output before the residual add
+        Act* attention_scratch;  // [6, B, T, C]
+        Act* scores;             // [B, NH, T, T]: preatt in the forward, datt in the backward
+        Act* dresidual;          // [B, T, C]
+        Act* dbtc;               // [B, T, C]
+        Act* dbtc2;              // [B, T, C]
+        Act* d4c;                // [B, T, 4C]
+        Act* dqkv;               // [B, T, 3C]
     } act_{};
 
-    int* inputs_ = nullptr;   // [B, T] token ids on the device
-    int* targets_ = nullptr;  // [B, T]
+    int* inputs_ = nullptr;       // [B, T] token ids on the device
+    int* targets_ = nullptr;      // [B, T]
     int* bucket_data_ = nullptr;  // TokenBuckets' arrays
     TokenBuckets buckets_{};
-    float* norm_ = nullptr;       // one float: the squared gradient norm
+    float* norm_ = nullptr;  // one float: the squared gradient norm
     std::vector<float> host_losses_;
 };
 

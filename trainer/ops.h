@@ -49,8 +49,8 @@ struct Ops {
 
     // out = LayerNorm(inp) * weight + bias over the last dimension (C), rows = B * T; saves the
     // per-row mean and 1/std for the backward.
-    void (*layernorm_forward)(Act* out, float* mean, float* rstd, const Act* inp,
-                              const Act* weight, const Act* bias, int rows, int C);
+    void (*layernorm_forward)(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
+                              const Act* bias, int rows, int C);
     // dinp += d(LayerNorm)/dinp applied to dout; dweight += ..., dbias += ... (accumulated, so
     // that the residual stream's gradient and the micro-batches add up).
     void (*layernorm_backward)(Act* dinp, float* dweight, float* dbias, const Act* dout,
@@ -58,8 +58,8 @@ struct Ops {
                                const float* rstd, int rows, int C);
 
     // out[rows, OC] = inp[rows, C] @ weight[OC, C]^T (+ bias[OC] where bias is not null)
-    void (*linear_forward)(Act* out, const Act* inp, const Act* weight, const Act* bias,
-                           int rows, int C, int OC);
+    void (*linear_forward)(Act* out, const Act* inp, const Act* weight, const Act* bias, int rows,
+                           int C, int OC);
     // dinp = dout @ weight (written); dweight += dout^T @ inp; dbias += column sums of dout
     // (dbias may be null: a layer without bias).
     void (*linear_backward)(Act* dinp, float* dweight, float* dbias, const Act* dout,
@@ -68,12 +68,12 @@ struct Ops {
     // Causal multi-head self-attention. qkv [B, T, 3C] holds q, k, v side by side; out [B, T, C].
     // att [B, NH, T, T] keeps the probabilities for the backward; scratch holds 3 * B*T*C for
     // q, k, v rearranged per head and preatt holds B * NH * T * T (both reused by every layer).
-    void (*attention_forward)(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv,
-                              int B, int T, int C, int NH);
+    void (*attention_forward)(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv, int B,
+                              int T, int C, int NH);
     // dqkv [B, T, 3C] written from dout [B, T, C]; scratch as above plus 3 * B*T*C more for the
     // gradients per head, datt B * NH * T * T.
-    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout,
-                               const Act* qkv, const Act* att, int B, int T, int C, int NH);
+    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
+                               const Act* att, int B, int T, int C, int NH);
 
     // out = GELU(inp) (the tanh approximation of GPT-2), n elements
     void (*gelu_forward)(Act* out, const Act* inp, long long n);
@@ -93,8 +93,8 @@ struct Ops {
     // AdamW step on n parameters: grads scaled by grad_scale (the clipping factor), bias
     // correction with beta1_correction = 1 - beta1^step (and beta2's), decoupled weight decay.
     // Writes master (float) and, where working is not null, its Act copy.
-    void (*adamw)(float* master, Act* working, const float* grads, float* m, float* v,
-                  long long n, float lr, float beta1, float beta2, float beta1_correction,
+    void (*adamw)(float* master, Act* working, const float* grads, float* m, float* v, long long n,
+                  float lr, float beta1, float beta2, float beta1_correction,
                   float beta2_correction, float eps, float weight_decay, float grad_scale);
 };
 

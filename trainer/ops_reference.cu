@@ -9,17 +9,17 @@
 // a fixed order, so a run is bit-for-bit repeatable. In the all-fp32 mode, LayerNorm's forward
 // and the causal softmax are module 06's fast references, called through their contracts.
 //
-// Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help   (trainer/README.md)
+// Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
 // Interface: ops.h
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "course/exercise.h"
-#include "layernorm.h"       // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
+#include "layernorm.h"  // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
 #include "softmax_causal.h"  // module 06: causal softmax, fp32 (softmax_causal.cu)
 
@@ -46,12 +46,17 @@ __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); 
 template <typename Act>
 __device__ __forceinline__ Act from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+    return x;
+}
 template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16(x); }
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+    return __float2bfloat16(x);
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
+    for (int offset = kWarp / 2; offset > 0; offset /= 2)
+        x += __shfl_xor_sync(kFullMask, x, offset);
     return x;
 }
 __device__ __forceinline__ float warp_max(float x) {
@@ -63,7 +68,8 @@ __device__ __forceinline__ float warp_max(float x) {
 // Grid for an elementwise kernel over n items with a grid-stride loop: enough blocks to fill
 // the GPU, never more than the items need.
 unsigned elementwise_blocks(long long n) {
-    return static_cast<unsigned>(std::min<long long>(course::ceil_div(n, kElementwiseBlock), 65536));
+    return static_cast<unsigned>(
+        std::min<long long>(course::ceil_div(n, kElementwiseBlock), 65536));
 }
 
 // ---- cuBLASLt: every matrix product of the model ----
@@ -93,7 +99,8 @@ using GemmKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int
 int alignment_of(const void* p, long long stride_bytes) {
     const auto address = reinterpret_cast<std::uintptr_t>(p);
     int alignment = 256;
-    while (alignment > 1 && (address % alignment != 0 || stride_bytes % alignment != 0)) alignment /= 2;
+    while (alignment > 1 && (address % alignment != 0 || stride_bytes % alignment != 0))
+        alignment /= 2;
     return alignment;
 }
 
@@ -126,9 +133,24 @@ void gemm(Out* d, const In* a, const In* b, const Out* bias, int m, int n, int k
     const int align_a = alignment_of(a, stride_a * sizeof(In));
     const int align_b = alignment_of(b, stride_b * sizeof(In));
     const int align_d = alignment_of(d, stride_d * sizeof(Out));
-    const GemmKey key{std::is_same_v<In, bf16>, std::is_same_v<Out, bf16>, bias != nullptr, m, n,
-                      k, trans_a, trans_b, lda, ldb, ldd, stride_a, stride_b, stride_d, batch,
-                      align_a, align_b, align_d};
+    const GemmKey key{std::is_same_v<In, bf16>,
+                      std::is_same_v<Out, bf16>,
+                      bias != nullptr,
+                      m,
+                      n,
+                      k,
+                      trans_a,
+                      trans_b,
+                      lda,
+                      ldb,
+                      ldd,
+                      stride_a,
+                      stride_b,
+                      stride_d,
+                      batch,
+                      align_a,
+                      align_b,
+                      align_d};
     auto found = state.plans.find(key);
     if (found == state.plans.end()) {
         GemmPlan plan{};
@@ -156,16 +178,15 @@ void gemm(Out* d, const In* a, const In* b, const Out* bias, int m, int n, int k
             const std::pair<cublasLtMatrixLayout_t, long long> strided[] = {
                 {plan.a, stride_a}, {plan.b, stride_b}, {plan.d, stride_d}};
             for (const auto& [layout, stride] : strided) {
-                cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                 &batch, sizeof(batch));
-                cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                 &stride, sizeof(stride));
+                cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                 sizeof(batch));
+                cublasLtMatrixLayoutSetAttribute(
+                    layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
             }
         }
         cublasLtMatmulPreference_t preference;
         cublas_check(cublasLtMatmulPreferenceCreate(&preference), "preference");
-        cublasLtMatmulPreferenceSetAttribute(preference,
-                                             CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &state.workspace_bytes, sizeof(state.workspace_bytes));
         const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> alignments[] = {
             {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
@@ -180,11 +201,12 @@ void gemm(Out* d, const In* a, const In* b, const Out* bias, int m, int n, int k
                                        preference, 1, &heuristic, &found_algos);
         cublasLtMatmulPreferenceDestroy(preference);
         if (found_algos == 0)
-            throw std::runtime_error(
-                "cuBLASLt has no algorithm for a " + std::string(std::is_same_v<In, bf16> ? "bf16" : "fp32") +
-                " product of " + std::to_string(m) + " x " + std::to_string(n) + " x " +
-                std::to_string(k) + " on this GPU (bf16 needs compute capability 8.0 or newer: "
-                "try --dtype fp32)");
+            throw std::runtime_error("cuBLASLt has no algorithm for a " +
+                                     std::string(std::is_same_v<In, bf16> ? "bf16" : "fp32") +
+                                     " product of " + std::to_string(m) + " x " +
+                                     std::to_string(n) + " x " + std::to_string(k) +
+                                     " on this GPU (bf16 needs compute capability 8.0 or newer: "
+                                     "try --dtype fp32)");
         plan.algo = heuristic.algo;
         found = state.plans.emplace(key, plan).first;
     }
@@ -192,10 +214,10 @@ void gemm(Out* d, const In* a, const In* b, const Out* bias, int m, int n, int k
     if (bias)
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof(bias));
-    cublas_check(cublasLtMatmul(state.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d,
-                                plan.d, d, plan.d, &plan.algo, state.workspace,
-                                state.workspace_bytes, 0),
-                 "cublasLtMatmul");
+    cublas_check(
+        cublasLtMatmul(state.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,
+                       plan.d, &plan.algo, state.workspace, state.workspace_bytes, 0),
+        "cublasLtMatmul");
 }
 
 // A vector of ones, for column sums as a product (dbias = dout^T @ ones).
@@ -234,8 +256,8 @@ void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, c
     gemm<Act, float>(dweight, inp, dout, nullptr, C, OC, rows, false, true, C, OC, C, 1.0f, 1.0f);
     // dbias[OC] += dout^T @ ones: a product with one column, in a fixed order.
     if (dbias)
-        gemm<Act, float>(dbias, dout, ones<Act>(rows), nullptr, OC, 1, rows, false, false, OC,
-                         rows, OC, 1.0f, 1.0f);
+        gemm<Act, float>(dbias, dout, ones<Act>(rows), nullptr, OC, 1, rows, false, false, OC, rows,
+                         OC, 1.0f, 1.0f);
 }
 
 // W values of a row moved as one access (16 bytes where the row allows it).
@@ -266,7 +288,7 @@ void embedding_forward(Act* out, const int* tokens, const Act* wte, const Act* w
                        int C) {
     const long long n = static_cast<long long>(B) * T * C;
     embedding_forward_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(out, tokens, wte, wpe, B,
-                                                                            T, C);
+                                                                           T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -298,12 +320,13 @@ __global__ void position_embedding_backward_kernel(float* dwpe, const Act* dout,
 template <typename Act>
 void embedding_backward(float* dwte, float* dwpe, const Act* dout, const TokenBuckets& buckets,
                         int B, int T, int C) {
-    token_embedding_backward_kernel<<<buckets.count, 256>>>(dwte, dout, buckets.token, buckets.start,
-                                                           buckets.positions, C);
+    token_embedding_backward_kernel<<<buckets.count, 256>>>(dwte, dout, buckets.token,
+                                                            buckets.start, buckets.positions, C);
     CUDA_CHECK_LAUNCH();
     const long long n = static_cast<long long>(T) * C;
-    position_embedding_backward_kernel<<<static_cast<unsigned>(course::ceil_div(n, kElementwiseBlock)),
-                                         kElementwiseBlock>>>(dwpe, dout, B, T, C);
+    position_embedding_backward_kernel<<<
+        static_cast<unsigned>(course::ceil_div(n, kElementwiseBlock)), kElementwiseBlock>>>(
+        dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -399,8 +422,8 @@ __global__ void layernorm_backward_kernel(Act* dinp, float* partials, const Act*
 }
 
 // dweight[c] += sum over blocks of partials[block][c], in block order (and dbias likewise).
-__global__ void add_partials_kernel(float* dweight, float* dbias, const float* partials,
-                                    int blocks, int C) {
+__global__ void add_partials_kernel(float* dweight, float* dbias, const float* partials, int blocks,
+                                    int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float weight_sum = 0.0f, bias_sum = 0.0f;
@@ -437,7 +460,7 @@ void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout
         opted_in = true;
     }
     layernorm_backward_kernel<<<blocks, kNormWarps * kWarp, shared>>>(dinp, partials, dout, inp,
-                                                                     weight, mean, rstd, rows, C);
+                                                                      weight, mean, rstd, rows, C);
     CUDA_CHECK_LAUNCH();
     add_partials_kernel<<<course::ceil_div(C, kElementwiseBlock), kElementwiseBlock>>>(
         dweight, dbias, partials, blocks, C);
@@ -457,7 +480,8 @@ __global__ void split_heads_kernel(Act* heads, const Act* packed, int count, int
     if (row >= rows) return;
     // row = ((which * B + b) * NH + h) * T + t
     const int t = row % T, h = row / T % NH, b = row / (T * NH) % B, which = row / (T * NH * B);
-    const Act* from = packed + ((static_cast<long long>(b) * T + t) * count + which) * NH * HS + h * HS;
+    const Act* from =
+        packed + ((static_cast<long long>(b) * T + t) * count + which) * NH * HS + h * HS;
     Act* to = heads + static_cast<long long>(row) * HS;
     for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from[d];
 }
@@ -482,8 +506,8 @@ template <typename Act>
 void rearrange_heads(void (*kernel)(Act*, const Act*, int, int, int, int, int), Act* to,
                      const Act* from, int count, int B, int T, int NH, int HS) {
     const int rows = count * B * NH * T;
-    kernel<<<course::ceil_div(rows, kHeadRowsPerBlock), kHeadRowsPerBlock * kWarp>>>(to, from, count,
-                                                                                    B, T, NH, HS);
+    kernel<<<course::ceil_div(rows, kHeadRowsPerBlock), kHeadRowsPerBlock * kWarp>>>(
+        to, from, count, B, T, NH, HS);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -491,7 +515,8 @@ void rearrange_heads(void (*kernel)(Act*, const Act*, int, int, int, int, int), 
 template <typename Act>
 __global__ void causal_softmax_kernel(Act* att, const Act* preatt, long long rows, int T,
                                       float scale) {
-    const long long row = blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (row >= rows) return;
     const int i = static_cast<int>(row % T);  // the query's position: keys 0..i are visible
@@ -512,7 +537,8 @@ __global__ void causal_softmax_kernel(Act* att, const Act* preatt, long long row
 template <typename Act>
 __global__ void causal_softmax_backward_kernel(Act* datt, const Act* att, long long rows, int T,
                                                float scale) {
-    const long long row = blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (row >= rows) return;
     const int i = static_cast<int>(row % T);
@@ -535,7 +561,8 @@ using Bf16x8 = Pack<bf16, kVec>;
 
 __global__ void causal_softmax_vec_kernel(bf16* att, const bf16* preatt, long long rows, int T,
                                           float scale) {
-    const long long row = blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (row >= rows) return;
     const int i = static_cast<int>(row % T);
@@ -544,13 +571,15 @@ __global__ void causal_softmax_vec_kernel(bf16* att, const bf16* preatt, long lo
     float row_max = -FLT_MAX;
     for (int v = lane; v < live; v += kWarp) {
         const Bf16x8 x = scores[v];
-        for (int k = 0; k < kVec && v * kVec + k <= i; ++k) row_max = fmaxf(row_max, to_float(x.value[k]));
+        for (int k = 0; k < kVec && v * kVec + k <= i; ++k)
+            row_max = fmaxf(row_max, to_float(x.value[k]));
     }
     row_max = warp_max(row_max);
     float sum = 0.0f;
     for (int v = lane; v < live; v += kWarp) {
         const Bf16x8 x = scores[v];
-        for (int k = 0; k < kVec && v * kVec + k <= i; ++k) sum += expf((to_float(x.value[k]) - row_max) * scale);
+        for (int k = 0; k < kVec && v * kVec + k <= i; ++k)
+            sum += expf((to_float(x.value[k]) - row_max) * scale);
     }
     const float inverse = 1.0f / warp_sum(sum);
     Bf16x8* probs = reinterpret_cast<Bf16x8*>(att + row * T);
@@ -558,16 +587,17 @@ __global__ void causal_softmax_vec_kernel(bf16* att, const bf16* preatt, long lo
         Bf16x8 out;
         const Bf16x8 x = v < live ? scores[v] : Bf16x8{};
         for (int k = 0; k < kVec; ++k)
-            out.value[k] = __float2bfloat16(v * kVec + k <= i
-                                                ? expf((to_float(x.value[k]) - row_max) * scale) * inverse
-                                                : 0.0f);
+            out.value[k] = __float2bfloat16(
+                v * kVec + k <= i ? expf((to_float(x.value[k]) - row_max) * scale) * inverse
+                                  : 0.0f);
         probs[v] = out;
     }
 }
 
 __global__ void causal_softmax_backward_vec_kernel(bf16* datt, const bf16* att, long long rows,
                                                    int T, float scale) {
-    const long long row = blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (row >= rows) return;
     const int i = static_cast<int>(row % T);
@@ -577,19 +607,20 @@ __global__ void causal_softmax_backward_vec_kernel(bf16* datt, const bf16* att, 
     float dot = 0.0f;
     for (int v = lane; v < live; v += kWarp) {
         const Bf16x8 a = p[v], d = dp[v];
-        for (int k = 0; k < kVec; ++k) dot += to_float(a.value[k]) * to_float(d.value[k]);  // p = 0 past i
+        for (int k = 0; k < kVec; ++k)
+            dot += to_float(a.value[k]) * to_float(d.value[k]);  // p = 0 past i
     }
     dot = warp_sum(dot);
     for (int v = lane; v < T / kVec; v += kWarp) {
         Bf16x8 out;
         const Bf16x8 a = v < live ? p[v] : Bf16x8{}, d = v < live ? dp[v] : Bf16x8{};
         for (int k = 0; k < kVec; ++k)
-            out.value[k] = __float2bfloat16(
-                v * kVec + k <= i ? scale * to_float(a.value[k]) * (to_float(d.value[k]) - dot) : 0.0f);
+            out.value[k] = __float2bfloat16(v * kVec + k <= i ? scale * to_float(a.value[k]) *
+                                                                    (to_float(d.value[k]) - dot)
+                                                              : 0.0f);
         dp[v] = out;
     }
 }
-
 
 // Launchers: module 06's contract in fp32; in bf16 the vector kernels where rows allow them.
 template <typename Act>
@@ -599,9 +630,11 @@ void causal_softmax(Act* att, const Act* preatt, long long rows, int T, float sc
     } else {
         const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
         if (T % kVec == 0)
-            causal_softmax_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T, scale);
+            causal_softmax_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows,
+                                                                                T, scale);
         else
-            causal_softmax_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T, scale);
+            causal_softmax_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T,
+                                                                            scale);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -611,12 +644,14 @@ void causal_softmax_backward(Act* datt, const Act* att, long long rows, int T, f
     const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
     if constexpr (std::is_same_v<Act, bf16>) {
         if (T % kVec == 0) {
-            causal_softmax_backward_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T, scale);
+            causal_softmax_backward_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(
+                datt, att, rows, T, scale);
             CUDA_CHECK_LAUNCH();
             return;
         }
     }
-    causal_softmax_backward_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T, scale);
+    causal_softmax_backward_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T,
+                                                                             scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -630,8 +665,10 @@ void attention_forward(Act* out, Act* att, Act* scratch, Act* preatt, const Act*
     Act* v = scratch + 2 * btc;
     rearrange_heads(split_heads_kernel<Act>, scratch, qkv, 3, B, T, NH, HS);
     const int heads = B * NH;
-    const long long head_stride = static_cast<long long>(T) * HS, score_stride = static_cast<long long>(T) * T;
-    // preatt[i][j] = q_i . k_j: column-major preatt^T (T x T) = k^T... k stored (HS x T), transposed.
+    const long long head_stride = static_cast<long long>(T) * HS,
+                    score_stride = static_cast<long long>(T) * T;
+    // preatt[i][j] = q_i . k_j: column-major preatt^T (T x T) = k^T... k stored (HS x T),
+    // transposed.
     gemm<Act, Act>(preatt, k, q, nullptr, T, T, HS, true, false, HS, HS, T, 1.0f, 0.0f, heads,
                    head_stride, head_stride, score_stride);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -660,7 +697,8 @@ void attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout, con
     Act* dy = dq;
     rearrange_heads(split_heads_kernel<Act>, dy, dout, 1, B, T, NH, HS);
     const int heads = B * NH;
-    const long long head_stride = static_cast<long long>(T) * HS, score_stride = static_cast<long long>(T) * T;
+    const long long head_stride = static_cast<long long>(T) * HS,
+                    score_stride = static_cast<long long>(T) * T;
     // datt[i][j] = dy_i . v_j (the same product as preatt, with dy for q and v for k)
     gemm<Act, Act>(datt, v, dy, nullptr, T, T, HS, true, false, HS, HS, T, 1.0f, 0.0f, heads,
                    head_stride, head_stride, score_stride);
@@ -690,7 +728,8 @@ __global__ void gelu_forward_kernel(Act* out, const Act* inp, long long n) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         const float x = to_float(inp[i]);
-        out[i] = from_float<Act>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x))));
+        out[i] =
+            from_float<Act>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x))));
     }
 }
 
@@ -777,7 +816,8 @@ __global__ void cross_entropy_kernel(Act* logits, float* losses, const int* targ
         if (lane == 0) shared[warp] = m;
         __syncthreads();
         row_max = -FLT_MAX;
-        for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) row_max = fmaxf(row_max, shared[w]);
+        for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w)
+            row_max = fmaxf(row_max, shared[w]);
     }
     const float row_sum = block_sum(running_sum * expf(running_max - row_max), shared);
     const int target = targets[row];
@@ -806,9 +846,11 @@ void cross_entropy(Act* logits, float* losses, const int* targets, float dloss, 
                    int Vp) {
     constexpr int kWide = 16 / sizeof(Act);  // values per 16 bytes
     if (Vp % kWide == 0)
-        cross_entropy_kernel<Act, kWide><<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+        cross_entropy_kernel<Act, kWide>
+            <<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
     else
-        cross_entropy_kernel<Act, 1><<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+        cross_entropy_kernel<Act, 1>
+            <<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -867,19 +909,29 @@ template <typename Act>
 void adamw(float* master, Act* working, const float* grads, float* m, float* v, long long n,
            float lr, float beta1, float beta2, float beta1_correction, float beta2_correction,
            float eps, float weight_decay, float grad_scale) {
-    adamw_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(master, working, grads, m, v, n, lr,
-                                                               beta1, beta2, beta1_correction,
-                                                               beta2_correction, eps, weight_decay,
-                                                               grad_scale);
+    adamw_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(
+        master, working, grads, m, v, n, lr, beta1, beta2, beta1_correction, beta2_correction, eps,
+        weight_decay, grad_scale);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename Act>
 const Ops<Act> kReference = {
-    "reference",          embedding_forward<Act>, embedding_backward<Act>, layernorm_forward<Act>,
-    layernorm_backward<Act>, linear_forward<Act>, linear_backward<Act>,   attention_forward<Act>,
-    attention_backward<Act>, gelu_forward<Act>,   gelu_backward<Act>,     residual_forward<Act>,
-    cross_entropy<Act>,   sum_of_squares,         adamw<Act>,
+    "reference",
+    embedding_forward<Act>,
+    embedding_backward<Act>,
+    layernorm_forward<Act>,
+    layernorm_backward<Act>,
+    linear_forward<Act>,
+    linear_backward<Act>,
+    attention_forward<Act>,
+    attention_backward<Act>,
+    gelu_forward<Act>,
+    gelu_backward<Act>,
+    residual_forward<Act>,
+    cross_entropy<Act>,
+    sum_of_squares,
+    adamw<Act>,
 };
 
 // ---- The same ops, each call timed alone with CUDA events (--kernels profile) ----
@@ -887,11 +939,13 @@ const Ops<Act> kReference = {
 // Where a step's time goes, op by op: every call is followed by a synchronization, so the step is
 // slower than with `reference`, but each op's time is its own. The table is printed at exit.
 
-const char* const kOpNames[] = {"embedding_forward",  "embedding_backward", "layernorm_forward",
-                                "layernorm_backward", "linear_forward",     "linear_backward",
-                                "attention_forward",  "attention_backward", "gelu_forward",
-                                "gelu_backward",      "residual_forward",   "cross_entropy",
-                                "sum_of_squares",     "adamw"};
+const char* const kOpNames[] = {"embedding_forward", "embedding_backward",
+                                "layernorm_forward", "layernorm_backward",
+                                "linear_forward",    "linear_backward",
+                                "attention_forward", "attention_backward",
+                                "gelu_forward",      "gelu_backward",
+                                "residual_forward",  "cross_entropy",
+                                "sum_of_squares",    "adamw"};
 constexpr int kOps = sizeof kOpNames / sizeof kOpNames[0];
 
 struct OpTimes {
@@ -904,8 +958,8 @@ struct OpTimes {
         std::printf("GPU time per op (--kernels profile), %.1f ms in all:\n", total);
         for (int i = 0; i < kOps; ++i)
             if (calls[i])
-                std::printf("  %-20s %9.1f ms %5.1f%% %7ld calls\n", kOpNames[i], ms[i], 100 * ms[i] / total,
-                            calls[i]);
+                std::printf("  %-20s %9.1f ms %5.1f%% %7ld calls\n", kOpNames[i], ms[i],
+                            100 * ms[i] / total, calls[i]);
     }
 };
 OpTimes op_times;
@@ -934,13 +988,20 @@ struct Timed<Index, Function> {
 template <typename Act>
 const Ops<Act> kProfile = {
     "profile (reference, each op timed)",
-    Timed<0, embedding_forward<Act>>::call,   Timed<1, embedding_backward<Act>>::call,
-    Timed<2, layernorm_forward<Act>>::call,   Timed<3, layernorm_backward<Act>>::call,
-    Timed<4, linear_forward<Act>>::call,      Timed<5, linear_backward<Act>>::call,
-    Timed<6, attention_forward<Act>>::call,   Timed<7, attention_backward<Act>>::call,
-    Timed<8, gelu_forward<Act>>::call,        Timed<9, gelu_backward<Act>>::call,
-    Timed<10, residual_forward<Act>>::call,   Timed<11, cross_entropy<Act>>::call,
-    Timed<12, sum_of_squares>::call,          Timed<13, adamw<Act>>::call,
+    Timed<0, embedding_forward<Act>>::call,
+    Timed<1, embedding_backward<Act>>::call,
+    Timed<2, layernorm_forward<Act>>::call,
+    Timed<3, layernorm_backward<Act>>::call,
+    Timed<4, linear_forward<Act>>::call,
+    Timed<5, linear_backward<Act>>::call,
+    Timed<6, attention_forward<Act>>::call,
+    Timed<7, attention_backward<Act>>::call,
+    Timed<8, gelu_forward<Act>>::call,
+    Timed<9, gelu_backward<Act>>::call,
+    Timed<10, residual_forward<Act>>::call,
+    Timed<11, cross_entropy<Act>>::call,
+    Timed<12, sum_of_squares>::call,
+    Timed<13, adamw<Act>>::call,
 };
 
 }  // namespace

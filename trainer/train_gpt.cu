@@ -42,7 +42,7 @@ struct Options {
     std::string data = "data/shakespeare";  // DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin
     std::string train, val, tokenizer;      // each overrides its part of --data
     std::string model = "tiny";
-    std::string dtype;                      // bf16 (default where the GPU has it) or fp32
+    std::string dtype;  // bf16 (default where the GPU has it) or fp32
     std::string kernels = "reference";
     int batch = 4, seq_len = 0, grad_accum = 1;  // seq_len 0: the model's context
     int steps = 100, warmup = -1;                // warmup -1: a tenth of the steps
@@ -134,38 +134,70 @@ Options parse_options(int argc, char** argv) {
                 usage_error(flag + " takes a number, not '" + value + "'");
             }
         };
-        if (flag == "--data") o.data = value;
-        else if (flag == "--train") o.train = value;
-        else if (flag == "--val") o.val = value;
-        else if (flag == "--tokenizer") o.tokenizer = value;
-        else if (flag == "-m" || flag == "--model") o.model = value;
-        else if (flag == "--dtype") o.dtype = value;
-        else if (flag == "--kernels") o.kernels = value;
-        else if (flag == "-b") number(&o.batch);
-        else if (flag == "-t") number(&o.seq_len);
-        else if (flag == "--grad-accum") number(&o.grad_accum);
-        else if (flag == "--steps") number(&o.steps);
-        else if (flag == "--lr") number(&o.lr);
-        else if (flag == "--warmup") number(&o.warmup);
-        else if (flag == "--min-lr-fraction") number(&o.min_lr_fraction);
-        else if (flag == "--weight-decay") number(&o.weight_decay);
-        else if (flag == "--beta1") number(&o.beta1);
-        else if (flag == "--beta2") number(&o.beta2);
-        else if (flag == "--eps") number(&o.eps);
-        else if (flag == "--clip") number(&o.clip);
-        else if (flag == "--seed") number(&o.seed);
-        else if (flag == "--val-every") number(&o.val_every);
-        else if (flag == "--val-batches") number(&o.val_batches);
-        else if (flag == "--out") o.out = value;
-        else if (flag == "--checkpoint-every") number(&o.checkpoint_every);
-        else if (flag == "--resume") o.resume = value;
-        else if (flag == "--sample-every") number(&o.sample_every);
-        else if (flag == "--sample-length") number(&o.sample_length);
-        else if (flag == "--temperature") number(&o.temperature);
-        else if (flag == "--top-k") number(&o.top_k);
-        else if (flag == "--dump-step0") o.dump_step0 = value;
-        else if (flag == "--peak-tflops") number(&o.peak_tflops);
-        else usage_error("unknown option " + flag);
+        if (flag == "--data")
+            o.data = value;
+        else if (flag == "--train")
+            o.train = value;
+        else if (flag == "--val")
+            o.val = value;
+        else if (flag == "--tokenizer")
+            o.tokenizer = value;
+        else if (flag == "-m" || flag == "--model")
+            o.model = value;
+        else if (flag == "--dtype")
+            o.dtype = value;
+        else if (flag == "--kernels")
+            o.kernels = value;
+        else if (flag == "-b")
+            number(&o.batch);
+        else if (flag == "-t")
+            number(&o.seq_len);
+        else if (flag == "--grad-accum")
+            number(&o.grad_accum);
+        else if (flag == "--steps")
+            number(&o.steps);
+        else if (flag == "--lr")
+            number(&o.lr);
+        else if (flag == "--warmup")
+            number(&o.warmup);
+        else if (flag == "--min-lr-fraction")
+            number(&o.min_lr_fraction);
+        else if (flag == "--weight-decay")
+            number(&o.weight_decay);
+        else if (flag == "--beta1")
+            number(&o.beta1);
+        else if (flag == "--beta2")
+            number(&o.beta2);
+        else if (flag == "--eps")
+            number(&o.eps);
+        else if (flag == "--clip")
+            number(&o.clip);
+        else if (flag == "--seed")
+            number(&o.seed);
+        else if (flag == "--val-every")
+            number(&o.val_every);
+        else if (flag == "--val-batches")
+            number(&o.val_batches);
+        else if (flag == "--out")
+            o.out = value;
+        else if (flag == "--checkpoint-every")
+            number(&o.checkpoint_every);
+        else if (flag == "--resume")
+            o.resume = value;
+        else if (flag == "--sample-every")
+            number(&o.sample_every);
+        else if (flag == "--sample-length")
+            number(&o.sample_length);
+        else if (flag == "--temperature")
+            number(&o.temperature);
+        else if (flag == "--top-k")
+            number(&o.top_k);
+        else if (flag == "--dump-step0")
+            o.dump_step0 = value;
+        else if (flag == "--peak-tflops")
+            number(&o.peak_tflops);
+        else
+            usage_error("unknown option " + flag);
     }
     if (o.train.empty()) o.train = o.data + "/train_*.bin";
     if (o.val.empty()) o.val = o.data + "/val_*.bin";
@@ -193,7 +225,7 @@ constexpr int kCheckpointHeaderInts = 64;
 
 struct Checkpoint {
     GptConfig config;
-    int step = 0;  // optimizer steps done
+    int step = 0;                       // optimizer steps done
     std::size_t shard = 0, offset = 0;  // where the training data continues
     std::vector<float> params, m, v;
 };
@@ -207,9 +239,16 @@ std::string describe(const GptConfig& c) {
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
     std::int32_t header[kCheckpointHeaderInts] = {};
     const GptConfig& c = checkpoint.config;
-    const std::int32_t fields[] = {kCheckpointMagic, 1, c.layers, c.channels, c.heads,
-                                   c.max_seq_len, c.vocab_size, c.padded_vocab_size,
-                                   checkpoint.step, static_cast<std::int32_t>(checkpoint.shard),
+    const std::int32_t fields[] = {kCheckpointMagic,
+                                   1,
+                                   c.layers,
+                                   c.channels,
+                                   c.heads,
+                                   c.max_seq_len,
+                                   c.vocab_size,
+                                   c.padded_vocab_size,
+                                   checkpoint.step,
+                                   static_cast<std::int32_t>(checkpoint.shard),
                                    static_cast<std::int32_t>(checkpoint.offset >> 31),
                                    static_cast<std::int32_t>(checkpoint.offset & 0x7fffffff)};
     std::copy(std::begin(fields), std::end(fields), header);
@@ -237,7 +276,8 @@ Checkpoint load_checkpoint(const std::string& path) {
     checkpoint.config = {header[2], header[3], header[4], header[5], header[6], header[7]};
     checkpoint.step = header[8];
     checkpoint.shard = static_cast<std::size_t>(header[9]);
-    checkpoint.offset = (static_cast<std::size_t>(header[10]) << 31) | static_cast<std::size_t>(header[11]);
+    checkpoint.offset =
+        (static_cast<std::size_t>(header[10]) << 31) | static_cast<std::size_t>(header[11]);
     const std::size_t count = param_layout(checkpoint.config).total;
     if (bytes != static_cast<std::streamoff>(sizeof header + 3 * count * sizeof(float)))
         throw std::runtime_error(path + ": truncated checkpoint (" + std::to_string(bytes) +
@@ -256,14 +296,16 @@ Checkpoint load_checkpoint(const std::string& path) {
 int sample_token(std::vector<float> logits, float temperature, int top_k, std::mt19937_64& random) {
     std::vector<int> order(logits.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-    const int keep = (top_k > 0 && top_k < static_cast<int>(order.size())) ? top_k
-                                                                          : static_cast<int>(order.size());
+    const int keep = (top_k > 0 && top_k < static_cast<int>(order.size()))
+                         ? top_k
+                         : static_cast<int>(order.size());
     std::partial_sort(order.begin(), order.begin() + keep, order.end(),
                       [&](int a, int b) { return logits[a] > logits[b]; });
     const float largest = logits[order[0]];
     std::vector<double> weights(keep);
     double total = 0.0;
-    for (int i = 0; i < keep; ++i) total += weights[i] = std::exp((logits[order[i]] - largest) / temperature);
+    for (int i = 0; i < keep; ++i)
+        total += weights[i] = std::exp((logits[order[i]] - largest) / temperature);
     double u = (random() >> 11) * (1.0 / 9007199254740992.0) * total;
     for (int i = 0; i < keep; ++i) {
         if ((u -= weights[i]) <= 0.0) return order[i];
@@ -296,9 +338,10 @@ double peak_tflops_of(const std::string& name) {
         const char* name;
         double tflops;
     };
-    static const Peak peaks[] = {{"H100", 989.4}, {"H200", 989.4}, {"H800", 989.4}, {"A100", 312.0},
-                                 {"A800", 312.0}, {"L40S", 362.1}, {"L4", 121.0},  {"A10", 125.0},
-                                 {"RTX 4090", 165.2}, {"RTX 3090", 71.0}, {"T4", 65.0}};
+    static const Peak peaks[] = {{"H100", 989.4},    {"H200", 989.4}, {"H800", 989.4},
+                                 {"A100", 312.0},    {"A800", 312.0}, {"L40S", 362.1},
+                                 {"L4", 121.0},      {"A10", 125.0},  {"RTX 4090", 165.2},
+                                 {"RTX 3090", 71.0}, {"T4", 65.0}};
     for (const Peak& peak : peaks)
         if (name.find(peak.name) != std::string::npos) return peak.tflops;
     return 0.0;
@@ -338,6 +381,7 @@ void dump_step0(Gpt<Act>& model, TokenLoader& loader, const Options& o, int T) {
     model.zero_grads();
     const GptConfig& c = model.config();
     std::ofstream meta(dir + "meta.txt");
+    meta.precision(9);  // the loss is compared to 1e-4 and better
     meta << "layers " << c.layers << "\nchannels " << c.channels << "\nheads " << c.heads
          << "\nmax_seq_len " << c.max_seq_len << "\nvocab_size " << c.vocab_size
          << "\npadded_vocab_size " << c.padded_vocab_size << "\nB " << o.batch << "\nT " << T
@@ -352,8 +396,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         TokenLoader* val, const Checkpoint* resumed, int T, const std::string& gpu_name) {
     const Ops<Act>* ops = ops_table<Act>(o.kernels);
     if (!ops)
-        throw std::invalid_argument("--kernels " + o.kernels + ": no such table of ops (this build has: " +
-                                    ops_table_names() + ")");
+        throw std::invalid_argument("--kernels " + o.kernels +
+                                    ": no such table of ops (this build has: " + ops_table_names() +
+                                    ")");
     if (o.generate) {
         Gpt<Act> model(config, *ops, 1, config.max_seq_len);
         model.set_params(resumed->params);
@@ -376,10 +421,11 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     std::printf("model %s (%s), %.1fM parameters, %s, kernels: %s\n", o.model.c_str(),
                 describe(config).c_str(), param_layout(config).total / 1e6,
                 std::is_same_v<Act, float> ? "fp32" : "bf16 with fp32 master weights", ops->name);
-    std::printf("batch %d x %d tokens x %d micro-batches = %lld tokens per step, %d steps; GPU %s, "
-                "%.2f GiB allocated\n",
-                o.batch, T, o.grad_accum, tokens_per_step, o.steps, gpu_name.c_str(),
-                model.device_bytes() / 1073741824.0);
+    std::printf(
+        "batch %d x %d tokens x %d micro-batches = %lld tokens per step, %d steps; GPU %s, "
+        "%.2f GiB allocated\n",
+        o.batch, T, o.grad_accum, tokens_per_step, o.steps, gpu_name.c_str(),
+        model.device_bytes() / 1073741824.0);
 
     std::filesystem::create_directories(o.out);
     const std::string csv_path = o.out + "/loss.csv";
@@ -399,7 +445,8 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         return static_cast<float>(sum / o.val_batches);
     };
     auto save = [&](int step, const std::string& name) {
-        Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(), {}, {}};
+        Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
+                              {},     {}};
         model.optimizer_state(&checkpoint.m, &checkpoint.v);
         save_checkpoint(o.out + "/" + name, checkpoint);
     };
@@ -426,10 +473,12 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         for (int micro = 0; micro < o.grad_accum; ++micro) {
             train->next_batch(&inputs, &targets);
             loss += model.forward_backward(inputs.data(), targets.data(), o.batch, T,
-                                           1.0f / tokens_per_step) / o.grad_accum;
+                                           1.0f / tokens_per_step) /
+                    o.grad_accum;
         }
         const float lr = learning_rate(o, step);
-        const float norm = model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip, step + 1);
+        const float norm =
+            model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip, step + 1);
         CUDA_CHECK(cudaDeviceSynchronize());
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -445,17 +494,21 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             ++timed_steps;
         }
         const double tokens_per_s = tokens_per_step / seconds;
-        const double mfu = peak > 0 && !std::is_same_v<Act, float> ? flops_per_step / seconds / (peak * 1e12) : NAN;
+        const double mfu = peak > 0 && !std::is_same_v<Act, float>
+                               ? flops_per_step / seconds / (peak * 1e12)
+                               : NAN;
         const double mean_step = timed_steps ? timed_seconds / timed_steps : seconds;
         char mfu_text[16] = "-";
         if (std::isfinite(mfu)) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mfu);
-        std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | "
-                    "left %s\n",
-                    step + 1, o.steps, loss, lr, norm, 1e3 * seconds, tokens_per_s, mfu_text,
-                    duration(mean_step * (o.steps - step - 1)).c_str());
+        std::printf(
+            "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | "
+            "left %s\n",
+            step + 1, o.steps, loss, lr, norm, 1e3 * seconds, tokens_per_s, mfu_text,
+            duration(mean_step * (o.steps - step - 1)).c_str());
         std::fflush(stdout);
-        csv << step + 1 << ',' << loss << ',' << (std::isnan(val_loss) ? "" : std::to_string(val_loss))
-            << ',' << lr << ',' << norm << ',' << 1e3 * seconds << ',' << tokens_per_s << '\n';
+        csv << step + 1 << ',' << loss << ','
+            << (std::isnan(val_loss) ? "" : std::to_string(val_loss)) << ',' << lr << ',' << norm
+            << ',' << 1e3 * seconds << ',' << tokens_per_s << '\n';
     }
     if (val) {
         const float val_loss = validation_loss();
@@ -468,8 +521,10 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,
                     1e3 * timed_seconds / timed_steps, tokens_per_s);
         if (peak > 0 && !std::is_same_v<Act, float>)
-            std::printf(", MFU %.1f%% of %.0f TFLOP/s", 100 * flops_per_token(config, T) * tokens_per_s / (peak * 1e12), peak);
-        std::printf("; GPU memory in use after the first step: %.2f GiB\n", peak_used / 1073741824.0);
+            std::printf(", MFU %.1f%% of %.0f TFLOP/s",
+                        100 * flops_per_token(config, T) * tokens_per_s / (peak * 1e12), peak);
+        std::printf("; GPU memory in use after the first step: %.2f GiB\n",
+                    peak_used / 1073741824.0);
     }
     if (o.save) std::printf("checkpoint: %s/model.ckpt\n", o.out.c_str());
     std::printf("loss curve: %s\n", csv_path.c_str());
@@ -483,8 +538,10 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
 int main_checked(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
     std::unique_ptr<Checkpoint> resumed;
-    if (!o.resume.empty()) resumed = std::make_unique<Checkpoint>(load_checkpoint(o.resume));
-    else if (o.generate) usage_error("--generate samples from a checkpoint: give it with --resume");
+    if (!o.resume.empty())
+        resumed = std::make_unique<Checkpoint>(load_checkpoint(o.resume));
+    else if (o.generate)
+        usage_error("--generate samples from a checkpoint: give it with --resume");
     const Tokenizer tokenizer(o.tokenizer);
 
     GptConfig config;
@@ -509,7 +566,8 @@ int main_checked(int argc, char** argv) {
     std::unique_ptr<TokenLoader> train, val;
     if (!o.generate) {
         train = std::make_unique<TokenLoader>(o.train, config.vocab_size, o.batch, T);
-        if (o.val_every > 0) val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
+        if (o.val_every > 0)
+            val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
     }
 
     int device_count = 0;
@@ -524,10 +582,12 @@ int main_checked(int argc, char** argv) {
             throw std::runtime_error(std::string(properties.name) +
                                      " has no bf16 tensor cores (compute capability 8.0 or newer): "
                                      "use --dtype fp32");
-        return run<bf16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T, properties.name);
+        return run<bf16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                         properties.name);
     }
     if (dtype == "fp32")
-        return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T, properties.name);
+        return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                          properties.name);
     usage_error("--dtype " + dtype + ": bf16 or fp32");
 }
 

@@ -19,7 +19,8 @@ void layernorm_forward(double* out, double* mean, double* rstd, const double* in
         m /= C;
         for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
         const double s = 1.0 / std::sqrt(var / C + 1e-5);
-        for (int c = 0; c < C; ++c) out[static_cast<long>(r) * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+        for (int c = 0; c < C; ++c)
+            out[static_cast<long>(r) * C + c] = (x[c] - m) * s * weight[c] + bias[c];
         mean[r] = m;
         rstd[r] = s;
     }
@@ -53,7 +54,8 @@ void linear_forward(double* out, const double* inp, const double* weight, const 
     for (int r = 0; r < rows; ++r)
         for (int o = 0; o < OC; ++o) {
             double sum = bias ? bias[o] : 0.0;
-            for (int c = 0; c < C; ++c) sum += inp[static_cast<long>(r) * C + c] * weight[static_cast<long>(o) * C + c];
+            for (int c = 0; c < C; ++c)
+                sum += inp[static_cast<long>(r) * C + c] * weight[static_cast<long>(o) * C + c];
             out[static_cast<long>(r) * OC + o] = sum;
         }
 }
@@ -95,7 +97,8 @@ void attention_forward(double* out, double* att, const double* qkv, int B, int T
                 for (int d = 0; d < HS; ++d) {
                     double acc = 0.0;
                     for (int j = 0; j <= i; ++j)
-                        acc += a[j] * qkv[(static_cast<long>(b) * T + j) * 3 * C + 2 * C + h * HS + d];
+                        acc +=
+                            a[j] * qkv[(static_cast<long>(b) * T + j) * 3 * C + 2 * C + h * HS + d];
                     y[d] = acc;
                 }
             }
@@ -111,7 +114,9 @@ void attention_backward(double* dqkv, const double* dout, const double* qkv, con
             for (int i = 0; i < T; ++i) {
                 const double* a = att + ((static_cast<long>(b) * NH + h) * T + i) * T;
                 const double* dy = dout + (static_cast<long>(b) * T + i) * C + h * HS;
-                auto at = [&](int t, int which, int d) { return (static_cast<long>(b) * T + t) * 3 * C + which * C + h * HS + d; };
+                auto at = [&](int t, int which, int d) {
+                    return (static_cast<long>(b) * T + t) * 3 * C + which * C + h * HS + d;
+                };
                 double dot = 0.0;
                 for (int j = 0; j <= i; ++j) {
                     datt[j] = 0.0;
@@ -133,10 +138,13 @@ void attention_backward(double* dqkv, const double* dout, const double* qkv, con
 
 constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
 
-double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(kGeluScale * (x + 0.044715 * x * x * x))); }
+double gelu(double x) {
+    return 0.5 * x * (1.0 + std::tanh(kGeluScale * (x + 0.044715 * x * x * x)));
+}
 double gelu_slope(double x) {
     const double th = std::tanh(kGeluScale * (x + 0.044715 * x * x * x));
-    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * kGeluScale * (1.0 + 3.0 * 0.044715 * x * x);
+    return 0.5 * (1.0 + th) +
+           0.5 * x * (1.0 - th * th) * kGeluScale * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 }  // namespace
@@ -144,7 +152,8 @@ double gelu_slope(double x) {
 CpuGpt::CpuGpt(const GptConfig& config, const std::vector<float>& params)
     : config_(config), layout_(param_layout(config)), params_(params.begin(), params.end()) {}
 
-double CpuGpt::forward(const std::vector<int>& inputs, const std::vector<int>& targets, int B, int T) {
+double CpuGpt::forward(const std::vector<int>& inputs, const std::vector<int>& targets, int B,
+                       int T) {
     B_ = B;
     T_ = T;
     inputs_ = inputs;
@@ -190,17 +199,21 @@ double CpuGpt::forward(const std::vector<int>& inputs, const std::vector<int>& t
         double* residual3 = residual3_.data() + l * N * C;
         layernorm_forward(ln1, ln1_mean_.data() + l * N, ln1_rstd_.data() + l * N, residual,
                           p(kLn1Weight) + l * C, p(kLn1Bias) + l * C, N, C);
-        linear_forward(qkv, ln1, p(kQkvWeight) + static_cast<long>(l) * 3 * C * C, p(kQkvBias) + l * 3 * C, N, C, 3 * C);
-        attention_forward(atty, att_.data() + static_cast<long>(l) * B * NH * T * T, qkv, B, T, C, NH);
+        linear_forward(qkv, ln1, p(kQkvWeight) + static_cast<long>(l) * 3 * C * C,
+                       p(kQkvBias) + l * 3 * C, N, C, 3 * C);
+        attention_forward(atty, att_.data() + static_cast<long>(l) * B * NH * T * T, qkv, B, T, C,
+                          NH);
         linear_forward(projection.data(), atty, p(kAttnProjWeight) + static_cast<long>(l) * C * C,
                        p(kAttnProjBias) + l * C, N, C, C);
         for (long i = 0; i < N * C; ++i) residual2[i] = residual[i] + projection[i];
         layernorm_forward(ln2, ln2_mean_.data() + l * N, ln2_rstd_.data() + l * N, residual2,
                           p(kLn2Weight) + l * C, p(kLn2Bias) + l * C, N, C);
-        linear_forward(fch, ln2, p(kFcWeight) + static_cast<long>(l) * 4 * C * C, p(kFcBias) + l * 4 * C, N, C, 4 * C);
+        linear_forward(fch, ln2, p(kFcWeight) + static_cast<long>(l) * 4 * C * C,
+                       p(kFcBias) + l * 4 * C, N, C, 4 * C);
         for (long i = 0; i < N * 4 * C; ++i) fch_gelu[i] = gelu(fch[i]);
-        linear_forward(projection.data(), fch_gelu, p(kFcProjWeight) + static_cast<long>(l) * 4 * C * C,
-                       p(kFcProjBias) + l * C, N, 4 * C, C);
+        linear_forward(projection.data(), fch_gelu,
+                       p(kFcProjWeight) + static_cast<long>(l) * 4 * C * C, p(kFcProjBias) + l * C,
+                       N, 4 * C, C);
         for (long i = 0; i < N * C; ++i) residual3[i] = residual2[i] + projection[i];
     }
     layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(),
@@ -240,26 +253,28 @@ std::vector<double> CpuGpt::backward() {
     for (int l = L - 1; l >= 0; --l) {
         const double* residual = l == 0 ? encoded_.data() : residual3_.data() + (l - 1) * N * C;
         Vec d4c(N * 4 * C, 0.0), dbtc(N * C, 0.0), dqkv(N * 3 * C, 0.0);
-        linear_backward(d4c.data(), g(kFcProjWeight) + static_cast<long>(l) * 4 * C * C, g(kFcProjBias) + l * C,
-                        dresidual.data(), fch_gelu_.data() + l * N * 4 * C,
+        linear_backward(d4c.data(), g(kFcProjWeight) + static_cast<long>(l) * 4 * C * C,
+                        g(kFcProjBias) + l * C, dresidual.data(), fch_gelu_.data() + l * N * 4 * C,
                         p(kFcProjWeight) + static_cast<long>(l) * 4 * C * C, N, 4 * C, C);
         for (long i = 0; i < N * 4 * C; ++i) d4c[i] *= gelu_slope(fch_[l * N * 4 * C + i]);
-        linear_backward(dbtc.data(), g(kFcWeight) + static_cast<long>(l) * 4 * C * C, g(kFcBias) + l * 4 * C,
-                        d4c.data(), ln2_.data() + l * N * C, p(kFcWeight) + static_cast<long>(l) * 4 * C * C, N, C, 4 * C);
-        layernorm_backward(dresidual.data(), g(kLn2Weight) + l * C, g(kLn2Bias) + l * C, dbtc.data(),
-                           residual2_.data() + l * N * C, p(kLn2Weight) + l * C,
+        linear_backward(dbtc.data(), g(kFcWeight) + static_cast<long>(l) * 4 * C * C,
+                        g(kFcBias) + l * 4 * C, d4c.data(), ln2_.data() + l * N * C,
+                        p(kFcWeight) + static_cast<long>(l) * 4 * C * C, N, C, 4 * C);
+        layernorm_backward(dresidual.data(), g(kLn2Weight) + l * C, g(kLn2Bias) + l * C,
+                           dbtc.data(), residual2_.data() + l * N * C, p(kLn2Weight) + l * C,
                            ln2_mean_.data() + l * N, ln2_rstd_.data() + l * N, N, C);
         Vec datty(N * C, 0.0);
-        linear_backward(datty.data(), g(kAttnProjWeight) + static_cast<long>(l) * C * C, g(kAttnProjBias) + l * C,
-                        dresidual.data(), atty_.data() + l * N * C,
+        linear_backward(datty.data(), g(kAttnProjWeight) + static_cast<long>(l) * C * C,
+                        g(kAttnProjBias) + l * C, dresidual.data(), atty_.data() + l * N * C,
                         p(kAttnProjWeight) + static_cast<long>(l) * C * C, N, C, C);
         attention_backward(dqkv.data(), datty.data(), qkv_.data() + l * N * 3 * C,
                            att_.data() + static_cast<long>(l) * B * NH * T * T, B, T, C, NH);
         Vec dln1(N * C, 0.0);
-        linear_backward(dln1.data(), g(kQkvWeight) + static_cast<long>(l) * 3 * C * C, g(kQkvBias) + l * 3 * C,
-                        dqkv.data(), ln1_.data() + l * N * C, p(kQkvWeight) + static_cast<long>(l) * 3 * C * C, N, C, 3 * C);
-        layernorm_backward(dresidual.data(), g(kLn1Weight) + l * C, g(kLn1Bias) + l * C, dln1.data(),
-                           residual, p(kLn1Weight) + l * C, ln1_mean_.data() + l * N,
+        linear_backward(dln1.data(), g(kQkvWeight) + static_cast<long>(l) * 3 * C * C,
+                        g(kQkvBias) + l * 3 * C, dqkv.data(), ln1_.data() + l * N * C,
+                        p(kQkvWeight) + static_cast<long>(l) * 3 * C * C, N, C, 3 * C);
+        layernorm_backward(dresidual.data(), g(kLn1Weight) + l * C, g(kLn1Bias) + l * C,
+                           dln1.data(), residual, p(kLn1Weight) + l * C, ln1_mean_.data() + l * N,
                            ln1_rstd_.data() + l * N, N, C);
     }
     for (long i = 0; i < N; ++i)

@@ -10,7 +10,7 @@
 namespace trainer {
 
 class CpuGpt {
-public:
+  public:
     CpuGpt(const GptConfig& config, const std::vector<float>& params);
     std::vector<double>& params() { return params_; }
     // Mean cross-entropy of B x T tokens; keeps what backward() needs.
@@ -19,7 +19,7 @@ public:
     std::vector<double> backward();
     const std::vector<double>& logits() const { return logits_; }  // [B, T, Vp]
 
-private:
+  private:
     GptConfig config_;
     ParamLayout layout_;
     std::vector<double> params_;

@@ -53,7 +53,8 @@ TEST(CpuReference, LossOfUniformLogitsIsLogVocab) {
     std::vector<int> inputs, targets;
     testing::tokens(8, 9, &inputs, &targets);
     CpuGpt model(config, params);
-    EXPECT_NEAR(model.forward(inputs, targets, 1, 8), std::log(static_cast<double>(config.vocab_size)), 1e-12);
+    EXPECT_NEAR(model.forward(inputs, targets, 1, 8),
+                std::log(static_cast<double>(config.vocab_size)), 1e-12);
 }
 
 }  // namespace

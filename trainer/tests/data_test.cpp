@@ -63,21 +63,27 @@ TEST(Shards, RoundTripAndBatchesInOrderAcrossShards) {
 
 TEST(Shards, EachBadFileIsOneClearError) {
     const std::string dir = scratch_dir();
-    EXPECT_NE(error_of([&] { TokenLoader(dir + "/none_*.bin", 50, 1, 4); }).find("no data shard matches"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of([&] { TokenLoader(dir + "/none_*.bin", 50, 1, 4); }).find("no data shard matches"),
+        std::string::npos);
     {
         std::ofstream text(dir + "/text.bin");
         text << std::string(2048, 'x');
     }
-    EXPECT_NE(error_of([&] { read_shard(dir + "/text.bin"); }).find("not a token shard"), std::string::npos);
+    EXPECT_NE(error_of([&] { read_shard(dir + "/text.bin"); }).find("not a token shard"),
+              std::string::npos);
     write_shard(dir + "/cut.bin", counting(100));
     std::filesystem::resize_file(dir + "/cut.bin", 1024 + 2 * 60);
     EXPECT_NE(error_of([&] { read_shard(dir + "/cut.bin"); }).find("truncated"), std::string::npos);
     write_shard(dir + "/small_000.bin", counting(8));
-    EXPECT_NE(error_of([&] { TokenLoader(dir + "/small_*.bin", 50, 2, 4); }).find("fewer than one micro-batch"),
+    EXPECT_NE(error_of([&] {
+                  TokenLoader(dir + "/small_*.bin", 50, 2, 4);
+              }).find("fewer than one micro-batch"),
               std::string::npos);
     write_shard(dir + "/wide_000.bin", counting(40));
-    EXPECT_NE(error_of([&] { TokenLoader(dir + "/wide_*.bin", 30, 1, 4); }).find("outside the tokenizer's vocabulary"),
+    EXPECT_NE(error_of([&] {
+                  TokenLoader(dir + "/wide_*.bin", 30, 1, 4);
+              }).find("outside the tokenizer's vocabulary"),
               std::string::npos);
     std::filesystem::remove_all(dir);
 }
@@ -100,7 +106,8 @@ TEST(Tokenizer, ReadsLlmcFormat) {
     EXPECT_EQ(tokenizer.decode(1), " bc");
     std::filesystem::resize_file(path, 1024 + 3);
     EXPECT_NE(error_of([&] { Tokenizer{path}; }).find("ends"), std::string::npos);
-    EXPECT_NE(error_of([&] { Tokenizer{path + ".missing"}; }).find("cannot open"), std::string::npos);
+    EXPECT_NE(error_of([&] { Tokenizer{path + ".missing"}; }).find("cannot open"),
+              std::string::npos);
 }
 
 }  // namespace

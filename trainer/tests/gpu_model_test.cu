@@ -41,18 +41,21 @@ Reference cpu_reference(const std::vector<float>& params, const std::vector<int>
 }
 
 // Each tensor's gradient within `tolerance` of the reference, relative to the tensor's largest.
-void expect_grads_close(const std::vector<float>& got, const std::vector<double>& want, double tolerance) {
+void expect_grads_close(const std::vector<float>& got, const std::vector<double>& want,
+                        double tolerance) {
     const ParamLayout layout = param_layout(testing::tiny_config());
     for (int tensor = 0; tensor < kParamTensors; ++tensor) {
         double largest = 0.0, worst = 0.0;
         std::size_t worst_at = 0;
-        for (std::size_t i = layout.offset[tensor]; i < layout.offset[tensor] + layout.size[tensor]; ++i) {
+        for (std::size_t i = layout.offset[tensor]; i < layout.offset[tensor] + layout.size[tensor];
+             ++i) {
             largest = std::max(largest, std::fabs(want[i]));
             const double error = std::fabs(got[i] - want[i]);
             if (error > worst) worst = error, worst_at = i - layout.offset[tensor];
         }
         EXPECT_LE(worst, tolerance * largest + 1e-9)
-            << param_name(tensor) << ": worst error at [" << worst_at << "], tensor's largest |grad| " << largest;
+            << param_name(tensor) << ": worst error at [" << worst_at
+            << "], tensor's largest |grad| " << largest;
     }
 }
 
@@ -76,7 +79,8 @@ void check_against_cpu(double loss_tolerance, double logit_tolerance, double gra
         }
     EXPECT_LE(worst, logit_tolerance) << "largest logit error";
     model.zero_grads();
-    const float loss = model.forward_backward(inputs.data(), targets.data(), kB, kT, 1.0f / (kB * kT));
+    const float loss =
+        model.forward_backward(inputs.data(), targets.data(), kB, kT, 1.0f / (kB * kT));
     EXPECT_NEAR(loss, want.loss, loss_tolerance);
     expect_grads_close(model.grads(), want.grads, grad_tolerance);
 }
@@ -104,10 +108,12 @@ TEST(GpuModel, AccumulatedMicroBatchesEqualOneBatch) {
     const std::vector<float> whole = model.grads();
     model.zero_grads();
     for (int half = 0; half < 2; ++half)
-        model.forward_backward(inputs.data() + half * kT, targets.data() + half * kT, 1, kT, 1.0f / (2 * kT));
+        model.forward_backward(inputs.data() + half * kT, targets.data() + half * kT, 1, kT,
+                               1.0f / (2 * kT));
     const std::vector<float> accumulated = model.grads();
     for (std::size_t i = 0; i < whole.size(); ++i)
-        ASSERT_NEAR(accumulated[i], whole[i], 1e-6 + 1e-4 * std::fabs(whole[i])) << "parameter " << i;
+        ASSERT_NEAR(accumulated[i], whole[i], 1e-6 + 1e-4 * std::fabs(whole[i]))
+            << "parameter " << i;
 }
 
 TEST(GpuModel, FirstAdamWStepWithClipping) {
@@ -123,14 +129,16 @@ TEST(GpuModel, FirstAdamWStepWithClipping) {
     const std::vector<float> grads = model.grads();
     double squared = 0.0;
     for (float g : grads) squared += static_cast<double>(g) * g;
-    const double norm = std::sqrt(squared), max_norm = 0.5 * norm;  // clipping halves every gradient
+    const double norm = std::sqrt(squared),
+                 max_norm = 0.5 * norm;  // clipping halves every gradient
     const float lr = 1e-3f, eps = 1e-8f, wd = 0.1f;
     const float reported = model.update(lr, 0.9f, 0.95f, eps, wd, static_cast<float>(max_norm), 1);
     EXPECT_NEAR(reported, norm, 1e-4 * norm);
     const std::vector<float> updated = model.params();
     const ParamLayout layout = param_layout(config);
     for (int tensor = 0; tensor < kParamTensors; ++tensor)
-        for (std::size_t i = layout.offset[tensor]; i < layout.offset[tensor] + layout.size[tensor]; ++i) {
+        for (std::size_t i = layout.offset[tensor]; i < layout.offset[tensor] + layout.size[tensor];
+             ++i) {
             // Step 1: m_hat = g, v_hat = g^2, so the step is g / (|g| + eps) of the clipped g.
             const double g = 0.5 * grads[i];
             const double decay = is_decayed(tensor) ? wd : 0.0;

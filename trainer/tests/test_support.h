@@ -31,7 +31,8 @@ inline std::vector<float> noisy_params(const GptConfig& config, std::uint64_t se
     return params;
 }
 
-inline void tokens(int count, std::uint64_t seed, std::vector<int>* inputs, std::vector<int>* targets) {
+inline void tokens(int count, std::uint64_t seed, std::vector<int>* inputs,
+                   std::vector<int>* targets) {
     inputs->resize(count);
     targets->resize(count);
     std::uint64_t state = seed;
