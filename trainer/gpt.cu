@@ -255,12 +255,18 @@ void Gpt<Act>::set_params(const std::vector<float>& params) {
     }
 }
 
+// One parameter-sized float array (weights, gradients, moments) copied to the host.
 template <typename Act>
-std::vector<float> Gpt<Act>::params() const {
+std::vector<float> Gpt<Act>::download(const float* device) const {
     std::vector<float> host(layout_.total);
     CUDA_CHECK(
-        cudaMemcpy(host.data(), master_, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return host;
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::params() const {
+    return download(master_);
 }
 
 template <typename Act>
@@ -271,10 +277,8 @@ void Gpt<Act>::set_optimizer_state(const std::vector<float>& m, const std::vecto
 
 template <typename Act>
 void Gpt<Act>::optimizer_state(std::vector<float>* m, std::vector<float>* v) const {
-    m->resize(layout_.total);
-    v->resize(layout_.total);
-    CUDA_CHECK(cudaMemcpy(m->data(), m_, layout_.total * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(v->data(), v_, layout_.total * sizeof(float), cudaMemcpyDeviceToHost));
+    *m = download(m_);
+    *v = download(v_);
 }
 
 // Uploads the token ids, and groups the positions by token for the embedding's backward:
@@ -429,10 +433,9 @@ void Gpt<Act>::backward(int B, int T) {
                             buckets_, B, T, C);
 }
 
+// The mean of the last forward's per-position losses (the copy waits for the GPU).
 template <typename Act>
-float Gpt<Act>::loss(const int* inputs, const int* targets, int B, int T) {
-    forward(inputs, targets, B, T, 0.0f);
-    const int rows = B * T;
+float Gpt<Act>::mean_loss(int rows) {
     CUDA_CHECK(
         cudaMemcpy(host_losses_.data(), act_.losses, rows * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
@@ -441,16 +444,17 @@ float Gpt<Act>::loss(const int* inputs, const int* targets, int B, int T) {
 }
 
 template <typename Act>
+float Gpt<Act>::loss(const int* inputs, const int* targets, int B, int T) {
+    forward(inputs, targets, B, T, 0.0f);
+    return mean_loss(B * T);
+}
+
+template <typename Act>
 float Gpt<Act>::forward_backward(const int* inputs, const int* targets, int B, int T,
                                  float dloss_scale) {
     forward(inputs, targets, B, T, dloss_scale);
     backward(B, T);
-    const int rows = B * T;
-    CUDA_CHECK(
-        cudaMemcpy(host_losses_.data(), act_.losses, rows * sizeof(float), cudaMemcpyDeviceToHost));
-    double sum = 0.0;
-    for (int i = 0; i < rows; ++i) sum += host_losses_[i];
-    return static_cast<float>(sum / rows);
+    return mean_loss(B * T);
 }
 
 template <typename Act>
@@ -460,10 +464,7 @@ void Gpt<Act>::zero_grads() {
 
 template <typename Act>
 std::vector<float> Gpt<Act>::grads() const {
-    std::vector<float> host(layout_.total);
-    CUDA_CHECK(
-        cudaMemcpy(host.data(), grads_, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return host;
+    return download(grads_);
 }
 
 template <typename Act>

@@ -113,6 +113,8 @@ class Gpt {
     void forward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
     void backward(int B, int T);
     void upload_tokens(const int* inputs, const int* targets, int n);
+    std::vector<float> download(const float* device) const;
+    float mean_loss(int rows);
     template <typename P>
     P* allocate(std::size_t count, const char* what);
 
