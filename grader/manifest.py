@@ -29,13 +29,15 @@ EXERCISE_SCHEMA = {
     "intensity": ((int, float), "a number"),
     "hints": (list, "a list of strings"),
     "fast_solution": (str, "a string"),
+    "min_gpus": (int, "an integer"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus"}
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
-CMAKE_KEYS = ("id", "file", "checker", "min_sm", "fast_solution")
-CMAKE_LINE = re.compile(r'^(?:(id|file|checker|fast_solution) = "([^"\n]*)"|(min_sm) = ([0-9]+))')
+CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution")
+CMAKE_LINE = re.compile(
+    r'^(?:(id|file|checker|fast_solution) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
 CMAKE_ENTRY = "[[exercise]]"
 
 
@@ -58,6 +60,9 @@ class Exercise:
     # FLOP per byte of the timed case's compulsory DRAM traffic (`grader report`'s roofline);
     # None when the manifest does not say.
     intensity: float | None = None
+    # GPUs of one machine the checker needs (module 11's collectives: 2); with fewer, the grader
+    # skips the exercise unrun, with the reason.
+    min_gpus: int = 1
 
     @property
     def key(self) -> str:
@@ -133,6 +138,8 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
     if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:
         problems.append(f"{where}: min_sm and target must be >= 0, timeout_s > 0")
+    if entry.get("min_gpus", 1) < 1:
+        problems.append(f"{where}: min_gpus must be >= 1")
     if entry.get("intensity", 0) < 0:
         problems.append(f"{where}: intensity must be >= 0")
     if (entry["metric"] == "") != (entry["baseline"] == ""):
@@ -201,6 +208,7 @@ def _module(name: str, data: dict) -> Module:
             hints=tuple(entry["hints"]),
             fast_solution=entry.get("fast_solution", ""),
             intensity=None if "intensity" not in entry else float(entry["intensity"]),
+            min_gpus=entry.get("min_gpus", 1),
         )
         for entry in data["exercise"]
     )

@@ -1,0 +1,50 @@
+"""Exercises that need several GPUs of one machine (`min_gpus`, module 11's collectives): read
+from the manifest, passed to CMake, skipped unrun with the reason where the machine has fewer."""
+from grader import grading
+from grader.build import BuildTree
+from grader.course import load_course
+from grader.results import SOLUTION
+from grader.tests.test_manifest import EXERCISE, HEADER, problems_of
+
+
+def needing_two_gpus(course):
+    """The fixture's `passes` exercise, made to need 2 GPUs."""
+    manifest = course / "modules/01_fixture/module.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace("min_sm = 75", "min_sm = 75\nmin_gpus = 2", 1))
+    loaded = load_course(course)
+    [exercise] = [exercise for exercise in loaded.exercises if exercise.id == "passes"]
+    assert exercise.min_gpus == 2
+    return loaded, exercise
+
+
+def test_min_gpus_defaults_to_one_and_must_be_positive(tmp_path):
+    assert problems_of(tmp_path, HEADER + EXERCISE.format(id="ring").replace(
+        "min_sm = 75", "min_sm = 75\nmin_gpus = 0")) == [
+        "modules/01_basics/module.toml: exercise 'ring': min_gpus must be >= 1"]
+
+
+def test_min_gpus_must_stand_on_one_line_for_cmake(tmp_path):
+    problems = problems_of(tmp_path, HEADER + EXERCISE.format(id="ring").replace(
+        "min_sm = 75", "min_sm = 75\n  min_gpus = 2"))
+    assert problems == ["modules/01_basics/module.toml: exercise 'ring': write min_gpus on one "
+                        "line at column 0 as `min_gpus = 2` (CMake reads it with a regex)"]
+
+
+def test_an_exercise_needing_more_gpus_than_the_machine_has_is_skipped_unrun(course, monkeypatch):
+    loaded, exercise = needing_two_gpus(course)
+    monkeypatch.setattr(grading, "gpu_count", lambda: 1)
+    [result] = grading.grade(BuildTree.standard(loaded, SOLUTION), [exercise], log=lambda _: None)
+    assert result.outcome.status == "skipped"
+    assert result.outcome.detail == ["needs 2 GPUs, this machine has 1"]
+    assert result.duration_s is None  # the checker never ran
+
+
+def test_with_enough_gpus_it_runs_and_cmake_passes_the_count_to_the_checker(course, monkeypatch):
+    loaded, exercise = needing_two_gpus(course)
+    monkeypatch.setattr(grading, "gpu_count", lambda: 2)
+    tree = BuildTree.standard(loaded, SOLUTION)
+    [result] = grading.grade(tree, [exercise], log=lambda _: None)
+    assert result.outcome.status == "pass"
+    commands = (tree.path / "build.ninja").read_text()
+    assert "COURSE_MIN_GPUS=2" in commands and "COURSE_MIN_GPUS=1" in commands
