@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "course/baseline_table.h"
+
 namespace course::baseline::library {
 
 void device_copy(void* dst, const void* src, std::size_t bytes);
@@ -16,5 +18,7 @@ bool cudnn_available();
 void cudnn_softmax(const float* in, float* out, int rows, int cols);
 void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
                       float* C);
+bool nccl_available();
+void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count, Element element);
 
 }  // namespace course::baseline::library

@@ -9,6 +9,9 @@
 
 namespace course::baseline {
 
+// The element type of a collective's buffers.
+enum class Element { float32, int32 };
+
 struct Table {
     void (*device_copy)(void* dst, const void* src, std::size_t bytes);
     void (*cublas_sgemm)(int M, int N, int K, const float* A, const float* B, float* C);
@@ -19,6 +22,9 @@ struct Table {
     void (*cudnn_softmax)(const float* in, float* out, int rows, int cols);
     void (*cublas_gemm_bf16)(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
                              float* C);
+    bool (*nccl_available)();
+    void (*nccl_all_reduce_sum)(void* const* buffers, int gpus, std::size_t count,
+                                Element element);
 };
 
 // The C name of the library's `const Table* course_baselines_table()`.
