@@ -22,8 +22,8 @@ namespace {
 
 void nccl_check(ncclResult_t status, const char* expression) {
     if (status != ncclSuccess)
-        throw std::runtime_error(std::string("NCCL error ") + ncclGetErrorString(status) +
-                                 " in `" + expression + "`");
+        throw std::runtime_error(std::string("NCCL error ") + ncclGetErrorString(status) + " in `" +
+                                 expression + "`");
 }
 
 // One communicator per GPU 0 .. gpus-1, in one clique; kept for the life of the process.
@@ -50,9 +50,9 @@ void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count, Elem
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int g = 0; g < gpus; ++g) {
         CUDA_CHECK(cudaSetDevice(g));
-        nccl_check(ncclAllReduce(buffers[g], buffers[g], count, type, ncclSum, comms[g],
-                                 cudaStreamLegacy),
-                   "ncclAllReduce");
+        nccl_check(
+            ncclAllReduce(buffers[g], buffers[g], count, type, ncclSum, comms[g], cudaStreamLegacy),
+            "ncclAllReduce");
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     CUDA_CHECK(cudaSetDevice(current));
