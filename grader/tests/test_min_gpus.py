@@ -4,6 +4,8 @@ from grader import grading
 from grader.build import BuildTree
 from grader.course import load_course
 from grader.results import SOLUTION
+from grader.tests.conftest import invoke, make_course
+from grader.tests.test_check import ONLY_TODO_MANIFEST
 from grader.tests.test_manifest import EXERCISE, HEADER, problems_of
 
 
@@ -48,3 +50,29 @@ def test_with_enough_gpus_it_runs_and_cmake_passes_the_count_to_the_checker(cour
     assert result.outcome.status == "pass"
     commands = (tree.path / "build.ninja").read_text()
     assert "COURSE_MIN_GPUS=2" in commands and "COURSE_MIN_GPUS=1" in commands
+
+
+def test_check_leaves_out_what_this_machine_cannot_run_with_a_note(tmp_path, gpu, monkeypatch):
+    root = make_course(tmp_path / "course")
+    (root / "modules/01_fixture/module.toml").write_text(
+        ONLY_TODO_MANIFEST.replace("min_sm = 75", "min_sm = 75\nmin_gpus = 2"))
+    monkeypatch.setattr(grading, "gpu_count", lambda: 1)
+    result = invoke(root, "check")
+    assert result.exit_code == 0, result.stdout
+    assert result.stdout == "course OK: 1 exercise checked\n"
+    assert ("note: 01_fixture/todo (learner) not run: needs 2 GPUs, this machine has 1"
+            in result.stderr)
+
+
+def test_the_planted_bugs_of_an_exercise_this_machine_cannot_run_are_left_out(course, gpu,
+                                                                              monkeypatch):
+    manifest = course / "modules/01_fixture/module.toml"
+    text = manifest.read_text()
+    start = text.index('id = "mismatch"')
+    manifest.write_text(text[:start] + text[start:].replace("min_sm = 75",
+                                                            "min_sm = 75\nmin_gpus = 2", 1))
+    monkeypatch.setattr(grading, "gpu_count", lambda: 1)
+    result = invoke(course, "check", "--mutants", "--no-build", "01_fixture/mismatch")
+    assert ("the planted bugs of 01_fixture/mismatch are not run: needs 2 GPUs, this machine "
+            "has 1") in result.stderr
+    assert "plus_instead_of_times" not in result.stdout
