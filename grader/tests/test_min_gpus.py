@@ -1,6 +1,8 @@
 """Exercises that need several GPUs of one machine (`min_gpus`, module 11's collectives): read
 from the manifest, passed to CMake, skipped unrun with the reason where the machine has fewer."""
-from grader import grading
+import os
+
+from grader import grading, tools
 from grader.build import BuildTree
 from grader.course import load_course
 from grader.results import SOLUTION
@@ -76,3 +78,17 @@ def test_the_planted_bugs_of_an_exercise_this_machine_cannot_run_are_left_out(co
     assert ("the planted bugs of 01_fixture/mismatch are not run: needs 2 GPUs, this machine "
             "has 1") in result.stderr
     assert "plus_instead_of_times" not in result.stdout
+
+
+def test_the_gpus_are_counted_from_nvidia_smi_and_cuda_visible_devices(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-a)'\n"
+                   "echo 'GPU 1: NVIDIA H200 (UUID: GPU-b)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert tools.gpu_count() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert tools.gpu_count() == 1
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert tools.gpu_count() == 0

@@ -53,7 +53,8 @@ Chunk chunk_of(int c, int gpus, std::size_t count) {
 }
 
 // The event GPU g records when its part of a step is done. Created on the first call, with GPU g
-// current (an event belongs to the device that creates it); no timing, so recording is cheap.
+// current (an event belongs to the device that creates it: record step_done(g) on every GPU
+// before any GPU waits on its neighbour's); no timing, so recording is cheap.
 cudaEvent_t step_done(int g) {
     static cudaEvent_t events[kMaxGpus] = {};
     if (!events[g]) CUDA_CHECK(cudaEventCreateWithFlags(&events[g], cudaEventDisableTiming));
