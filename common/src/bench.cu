@@ -335,6 +335,7 @@ struct PerfCase {
     std::string baseline;       // what it ran against
     double baseline_value = 0;  // the baseline, same metric, same run
     PairTiming timing;
+    bool tensor_cores = false;  // FLOPs on the tensor cores: their peak is the ceiling
 };
 
 std::string text(double value) {
@@ -345,8 +346,43 @@ std::string text(double value) {
 
 // What the GPU can physically deliver in the case's metric, and how that figure was made;
 // 0 where the device does not say.
+// Dense 16-bit (bf16, fp16) tensor-core multiply-adds per clock per SM, float32 accumulation,
+// from NVIDIA's architecture whitepapers (the largest of the parts of each architecture, so the
+// ceiling stays an upper bound); 0 for a GPU not listed (no ceiling).
+int tensor_fmas_per_sm(int sm) {
+    switch (sm) {
+        case 75:
+            return 512;  // Turing (fp16)
+        case 80:
+            return 1024;  // A100
+        case 86:
+        case 87:
+        case 89:
+            return 512;
+        case 90:
+            return 2048;  // H100, H200
+        case 100:
+            return 4096;
+        default:
+            return 0;
+    }
+}
+
+std::pair<double, std::string> tensor_peak() {
+    const GpuInfo& g = gpu();
+    int sm_khz = 0;
+    if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, g.device) != cudaSuccess) sm_khz = 0;
+    cudaGetLastError();
+    const int fmas = tensor_fmas_per_sm(g.sm);
+    if (fmas == 0 || sm_khz == 0) return {0, ""};
+    return {2.0 * g.multiprocessors * fmas * sm_khz * 1e3 / 1e12,
+            "its dense 16-bit tensor-core peak, " + std::to_string(g.multiprocessors) + " SMs x " +
+                std::to_string(fmas) + " FMA per clock x 2 FLOP x " + text(sm_khz / 1e6) + " GHz"};
+}
+
 std::pair<double, std::string> physical_ceiling(const PerfCase& perf) {
     const GpuInfo& g = gpu();
+    if (perf.tensor_cores) return tensor_peak();
     if (perf.metric == "TFLOP/s")
         return {g.fp32_peak_tflop_s, "its FP32 peak, " + g.fp32_peak_formula};
     // GB/s: DRAM on paper, or the copy of this run where that was faster (a GPU whose memory
@@ -414,6 +450,12 @@ void record_flops(const std::string& label, const PairTiming& timing, double flo
                   const std::string& baseline, double baseline_flops) {
     record({label, "TFLOP/s", tflop_per_s(flops, timing.learner.median_ms), baseline,
             tflop_per_s(baseline_flops, timing.baseline.median_ms), timing});
+}
+
+void record_tensor_flops(const std::string& label, const PairTiming& timing, double flops,
+                         const std::string& baseline, double baseline_flops) {
+    record({label, "TFLOP/s", tflop_per_s(flops, timing.learner.median_ms), baseline,
+            tflop_per_s(baseline_flops, timing.baseline.median_ms), timing, true});
 }
 
 }  // namespace course

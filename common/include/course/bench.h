@@ -110,5 +110,9 @@ void record_bandwidth(const std::string& label, const PairTiming& timing, double
                       const std::string& baseline, double baseline_bytes);  // GB/s
 void record_flops(const std::string& label, const PairTiming& timing, double flops,
                   const std::string& baseline, double baseline_flops);  // TFLOP/s
+// record_flops for code on the tensor cores (bf16 or fp16 inputs, float32 accumulation): the
+// ceiling is the GPU's dense 16-bit tensor-core peak on paper instead of its FP32 peak.
+void record_tensor_flops(const std::string& label, const PairTiming& timing, double flops,
+                         const std::string& baseline, double baseline_flops);  // TFLOP/s
 
 }  // namespace course
