@@ -80,6 +80,19 @@ function(course_file_exists variable path)
   endif()
 endfunction()
 
+# The CUDA architectures of an exercise: the tree's, except that an exercise for Hopper's own
+# instructions (min_sm 90 or more: wgmma, setmaxnreg) builds for the arch-specific target 90a where
+# the tree builds for 90 (nvcc: -gencode arch=compute_90a,code=sm_90a). Code for 90a runs on compute
+# capability 9.0 only; on any other architecture such an exercise still builds, its kernels compiled
+# out (#if defined(__CUDA_ARCH_FEAT_SM90_ALL)), and its checker skips.
+function(course_exercise_architectures variable min_sm)
+  set(architectures "${CMAKE_CUDA_ARCHITECTURES}")
+  if(min_sm GREATER_EQUAL 90)
+    list(TRANSFORM architectures REPLACE "^90(-real|-virtual|)$" "90a\\1")
+  endif()
+  set(${variable} "${architectures}" PARENT_SCOPE)
+endfunction()
+
 # One exercise: its checker compiled once, linked with the stub (learner), the readable solution
 # (solution) and/or the fast reference (fast, only where the manifest names a fast_solution).
 #   course_exercise(MODULE 01_basics ID vector_add FILE vector_add.cu
@@ -100,6 +113,10 @@ function(course_exercise)
   target_include_directories(${base}.checker PRIVATE "${module_dir}")
   target_compile_definitions(${base}.checker PRIVATE COURSE_MIN_SM=${EX_MIN_SM})
   target_link_libraries(${base}.checker PRIVATE course::harness)
+  course_exercise_architectures(architectures ${EX_MIN_SM})
+  if(NOT architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
+    set_target_properties(${base}.checker PROPERTIES CUDA_ARCHITECTURES "${architectures}")
+  endif()
   # The checker loads the baselines library at run time from this path (course/baselines.h): the
   # executable does not link it, so the exercise's code cannot call what it is measured against.
   get_target_property(baselines_type course_baselines TYPE)
@@ -141,6 +158,9 @@ function(course_exercise)
     # course::exercise is all a stub may use; the harness is the checker's, and the baselines
     # are loaded by the checker (dlopen: CMAKE_DL_LIBS), never linked.
     target_link_libraries(${target} PRIVATE course::exercise course::harness ${CMAKE_DL_LIBS})
+    if(NOT architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
+      set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${architectures}")
+    endif()
     if(load_baselines)
       add_dependencies(${target} course_baselines)
     endif()

@@ -1,7 +1,8 @@
 """A module's optimization ladder, from the results the runs saved (`.grader/results.json`): each
 rung's TFLOP/s and % of the baseline at each square size, as a table, and as a plot of TFLOP/s
 against size (with matplotlib). `grader report 04` (grader/learner_report.py) shows module 04's,
-the SGEMM ladder with module 01's naive_matmul at its foot."""
+the SGEMM ladder with module 01's naive_matmul at its foot and module 05's sgemm_warptile at its
+top; `grader report 05` module 05's tensor-core ladder against cuBLAS bf16."""
 import re
 import statistics
 from dataclasses import dataclass
@@ -13,13 +14,27 @@ from rich.text import Text
 from grader.course import Course
 from grader.results import PASS
 
-# The modules that have a ladder, and the rungs timed in earlier modules that stand at its foot.
-LADDERS = {"04_sgemm": ("01_basics/naive_matmul",)}
-# A ladder compares each rung with cuBLAS SGEMM, recorded by its checkers under this name or a name
-# starting with it (04's sweep sizes are `cublas_sgemm_sweep`, so that its target is judged on
-# 4096^3 alone).
-BASELINE = "cublas_sgemm"
-BASELINE_LABEL = "cuBLAS"
+
+@dataclass(frozen=True)
+class Ladder:
+    """Which rungs a module's ladder has, and what they are compared with."""
+
+    # The baseline of every rung: cases recorded under this name or one starting with it (04's
+    # sweep sizes are `cublas_sgemm_sweep`, so that its target is judged on 4096^3 alone).
+    baseline: str
+    label: str  # the baseline's name in the table and the plot
+    foot: tuple[str, ...] = ()  # rungs of other modules (module/id) below the module's own ...
+    top: tuple[str, ...] = ()  # ... and above them: shown where their module exists
+    exercises: tuple[str, ...] | None = None  # the module's own rungs (ids); None: all of them
+
+
+# The modules that have a ladder.
+LADDERS = {
+    "04_sgemm": Ladder("cublas_sgemm", "cuBLAS", foot=("01_basics/naive_matmul",),
+                       top=("05_gemm_advanced/sgemm_warptile",)),
+    "05_gemm_advanced": Ladder("cublas_gemm_bf16", "cuBLAS bf16",
+                               exercises=("wmma_gemm", "mma_gemm", "mma_pipeline", "wgmma_gemm")),
+}
 # A timed case on a square product, labelled "MxNxK" by the checkers: "4096x4096x4096".
 SQUARE_CASE = re.compile(r"^(\d+)x\1x\1$")
 
@@ -47,9 +62,14 @@ class Rung:
 def read_ladder(course: Course, module: str, entries: dict[str, dict]) -> list[Rung]:
     """The rungs of `module`'s ladder, foot first. `entries`: one variant's saved results
     ({"module/id": entry}, as grader.state.load_results gives them)."""
+    ladder = LADDERS[module]
     exercises = next(m.exercises for m in course.modules if m.name == module)
-    keys = [*LADDERS[module], *(exercise.key for exercise in exercises)]
-    return [_rung(key, entries.get(key)) for key in keys]
+    own = [exercise.key for exercise in exercises
+           if ladder.exercises is None or exercise.id in ladder.exercises]
+    modules = {m.name for m in course.modules}
+    foot, top = ([key for key in keys if key.split("/")[0] in modules]
+                 for keys in (ladder.foot, ladder.top))
+    return [_rung(key, entries.get(key), ladder.baseline) for key in (*foot, *own, *top)]
 
 
 def baseline_curve(rungs: list[Rung]) -> dict[int, float]:
@@ -64,10 +84,11 @@ def baseline_curve(rungs: list[Rung]) -> dict[int, float]:
 
 def ladder_table(module: str, rungs: list[Rung], unit: str = "TFLOP/s") -> Table:
     """A row per rung (and one for the baseline), a column per size: rate and % of the baseline."""
+    label = LADDERS[module].label
     baseline = baseline_curve(rungs)
     sizes = sorted({point.size for rung in rungs for point in rung.points} | set(baseline))
     table = Table(box=None, header_style="bold", pad_edge=False,
-                  title=f"{module}: {unit} (% of {BASELINE_LABEL} in the same run), M = N = K",
+                  title=f"{module}: {unit} (% of {label} in the same run), M = N = K",
                   title_justify="left")
     table.add_column(module, no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -77,7 +98,7 @@ def ladder_table(module: str, rungs: list[Rung], unit: str = "TFLOP/s") -> Table
         at = {point.size: point for point in rung.points}
         table.add_row(rung.key, Text(rung.status, style="green" if rung.status == PASS else ""),
                       *(_cell(at.get(size)) for size in sizes))
-    table.add_row(BASELINE_LABEL, "", *(_number(baseline[size]) if size in baseline else "-"
+    table.add_row(label, "", *(_number(baseline[size]) if size in baseline else "-"
                                         for size in sizes))
     return table
 
@@ -87,6 +108,7 @@ def plot_ladder(module: str, rungs: list[Rung], path: Path, unit: str = "TFLOP/s
     Raises ImportError when matplotlib is not installed."""
     from matplotlib.figure import Figure  # optional: the `plot` extra of pyproject.toml
 
+    label = LADDERS[module].label
     figure = Figure(figsize=(8, 5), layout="constrained")
     axes = figure.add_subplot()
     for rung in rungs:
@@ -96,21 +118,21 @@ def plot_ladder(module: str, rungs: list[Rung], path: Path, unit: str = "TFLOP/s
     baseline = baseline_curve(rungs)
     if baseline:
         axes.plot(list(baseline), list(baseline.values()), color="black", linestyle="--",
-                  marker="s", label=BASELINE_LABEL)
+                  marker="s", label=label)
     sizes = sorted({point.size for rung in rungs for point in rung.points} | set(baseline))
     axes.set_xscale("log", base=2)
     axes.set_xticks(sizes, [str(size) for size in sizes])
     axes.set_xlabel("M = N = K")
     axes.set_ylabel(unit)
     axes.set_ylim(bottom=0)
-    axes.set_title(f"{module}: each rung against {BASELINE_LABEL}")
+    axes.set_title(f"{module}: each rung against {label}")
     axes.grid(True, alpha=0.3)
     axes.legend(loc="upper left", fontsize="small")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
 
 
-def _rung(key: str, entry: dict | None) -> Rung:
+def _rung(key: str, entry: dict | None, baseline: str) -> Rung:
     if entry is None:
         return Rung(key, "-", ())
     if entry["status"] != PASS:
@@ -119,7 +141,7 @@ def _rung(key: str, entry: dict | None) -> Rung:
     for case in entry["perf"]:
         # The timed case's name, saved as "label" (as "case" in older results).
         square = SQUARE_CASE.match(case.get("label") or case.get("case") or "")
-        if square and case["baseline"].startswith(BASELINE) and case["value"] is not None:
+        if square and case["baseline"].startswith(baseline) and case["value"] is not None:
             points[int(square[1])] = Point(int(square[1]), case["value"], case["baseline_value"])
     return Rung(key, PASS, tuple(points[size] for size in sorted(points)))
 

@@ -9,14 +9,16 @@ from grader.build import BuildTree, Log, configure, not_emulated
 from grader.course import Course
 from grader.grading import grade
 from grader.manifest import Exercise, tomllib
-from grader.results import CRASH, EMULATED, FAIL, FAST, PASS, SOLUTION, Result
+from grader.results import CRASH, EMULATED, FAIL, FAST, PASS, SOLUTION, TIMEOUT, Result
 from grader.sanitize import describe, memcheck_summary
 
 MUTANTS_FILE = "mutants.toml"
 # The planted bugs of the readable solutions, and of the fast references (the `fast` variant).
 MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
                  EMULATED: "build/mutants-emulated"}
-EXPECTABLE = (FAIL, CRASH)
+# A timeout is expected of a planted hang (an mbarrier that never completes): set a short
+# timeout_s in the exercise's manifest entry, which the mutant's run uses.
+EXPECTABLE = (FAIL, CRASH, TIMEOUT)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
 OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "gpu_only": str}
 LOCATION = re.compile(r"^\S+:\d+$")

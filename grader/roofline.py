@@ -4,7 +4,9 @@ Both roofs come from the course's own runs on that GPU, not from a datasheet:
 - the memory roof is the device copy bandwidth (baseline `copy`), timed beside the memory-bound
   exercises in the same process;
 - the compute roof is cuBLAS SGEMM (baseline `cublas_sgemm`), timed beside the matrix products:
-  what FP32 CUDA-core code reaches on that GPU in practice.
+  what FP32 CUDA-core code reaches on that GPU in practice;
+- a second compute roof, the tensor cores', is cuBLAS's bf16 GEMM (baseline `cublas_gemm_bf16`,
+  module 05): the exercises timed against it are judged against it.
 The best figure each baseline reached in the results is used. Where the GPU is at hand,
 `grader gpu`'s figures (gpu_table.py) add the FP32 peak on paper, drawn above the measured roof,
 and stand in for the copy bandwidth when no result has timed one.
@@ -25,6 +27,7 @@ from grader.results import PerfCase
 
 COPY = "copy"
 SGEMM = "cublas_sgemm"
+TENSOR = "cublas_gemm_bf16"
 GB = 1e9
 TERA = 1e12
 
@@ -34,6 +37,7 @@ class Roofs:
     copy_gb_s: float | None  # measured device copy bandwidth
     sgemm_tflop_s: float | None  # measured cuBLAS SGEMM rate
     paper_tflop_s: float | None = None  # the FP32 peak on paper (grader gpu), drawn only
+    tensor_tflop_s: float | None = None  # measured cuBLAS bf16 GEMM rate: the tensor cores' roof
 
     @property
     def ridge(self) -> float | None:
@@ -42,10 +46,13 @@ class Roofs:
             return None
         return self.sgemm_tflop_s * TERA / (self.copy_gb_s * GB)
 
-    def roof_flop_s(self, intensity: float) -> float | None:
+    def roof_flop_s(self, intensity: float, tensor: bool = False) -> float | None:
+        """The roof above `intensity`: the CUDA cores' (cuBLAS SGEMM), or with `tensor` the
+        tensor cores' (cuBLAS bf16), under the memory roof."""
+        compute = self.tensor_tflop_s if tensor else self.sgemm_tflop_s
         roofs = [value for value in (
             self.copy_gb_s * GB * intensity if self.copy_gb_s else None,
-            self.sgemm_tflop_s * TERA if self.sgemm_tflop_s else None) if value is not None]
+            compute * TERA if compute else None) if value is not None]
         return min(roofs) if roofs else None
 
 
@@ -57,7 +64,8 @@ def measured_roofs(cases: list[PerfCase], gpu: dict[str, str] | None = None) -> 
                   if case.baseline == name and case.baseline_value]
         return max(values) if values else None
     copy = best(COPY) or (gpu_table.copy_gb_s(gpu) if gpu else None)
-    return Roofs(copy, best(SGEMM), gpu_table.fp32_peak_tflop_s(gpu) if gpu else None)
+    return Roofs(copy, best(SGEMM), gpu_table.fp32_peak_tflop_s(gpu) if gpu else None,
+                 best(TENSOR))
 
 
 @dataclass(frozen=True)
@@ -93,10 +101,12 @@ def percent_of_roofline(case: PerfCase, intensity: float | None, roofs: Roofs) -
             return 100 * case.value * GB * intensity / (roofs.sgemm_tflop_s * TERA)
         return None
     if case.metric == "TFLOP/s":
+        tensor = case.baseline.startswith(TENSOR)  # a tensor-core exercise (module 05)
         if intensity is not None:
-            roof = roofs.roof_flop_s(intensity)
+            roof = roofs.roof_flop_s(intensity, tensor)
             return None if roof is None else 100 * case.value * TERA / roof
-        return 100 * case.value / roofs.sgemm_tflop_s if roofs.sgemm_tflop_s else None
+        compute = roofs.tensor_tflop_s if tensor else roofs.sgemm_tflop_s
+        return 100 * case.value / compute if compute else None
     return None
 
 
@@ -113,6 +123,10 @@ def plot(points: list[Point], roofs: Roofs, gpu_name: str, path) -> None:
     if roofs.copy_gb_s or roofs.sgemm_tflop_s:
         axes.plot(xs, [roofs.roof_flop_s(x) for x in xs], color="black", linewidth=2,
                   label=_roof_label(roofs))
+    if roofs.tensor_tflop_s:
+        axes.plot(xs, [roofs.roof_flop_s(x, tensor=True) for x in xs], color="black",
+                  linestyle="--", linewidth=1.5,
+                  label=f"tensor cores: cuBLAS bf16 {roofs.tensor_tflop_s:.0f} TFLOP/s")
     if roofs.paper_tflop_s:
         axes.axhline(roofs.paper_tflop_s * TERA, color="grey", linestyle="--", linewidth=1,
                      label=f"FP32 peak on paper {roofs.paper_tflop_s:.1f} TFLOP/s")

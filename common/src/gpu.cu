@@ -32,6 +32,26 @@ int fp32_lanes_per_sm(int sm) {
     }
 }
 
+// Dense bf16 multiply-adds (float32 accumulation) per clock per SM on the tensor cores, from
+// NVIDIA's architecture whitepapers (an upper bound where a family's parts differ: a ceiling must
+// never be below what the GPU does). None before Ampere: those tensor cores have no bf16.
+int bf16_tensor_fmas_per_sm(int sm) {
+    switch (sm) {
+        case 80:
+        case 86:
+        case 87:
+        case 89:
+        case 120:
+            return 1024;
+        case 90:
+            return 2048;
+        case 100:
+            return 4096;
+        default:
+            return 0;
+    }
+}
+
 std::string fixed(double value, int decimals) {
     char text[32];
     std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -56,6 +76,14 @@ void fill_peaks(GpuInfo& g, const cudaDeviceProp& prop) {
         g.fp32_peak_formula = std::to_string(g.multiprocessors) + " SMs x " +
                               std::to_string(lanes) + " FP32 lanes x 2 FLOP per FMA x " +
                               fixed(sm_khz / 1e6, 3) + " GHz";
+    }
+    const int fmas = bf16_tensor_fmas_per_sm(g.sm);
+    if (fmas > 0 && sm_khz > 0) {
+        g.bf16_tensor_peak_tflop_s = 2.0 * g.multiprocessors * fmas * sm_khz * 1e3 / 1e12;
+        g.bf16_tensor_peak_formula = std::to_string(g.multiprocessors) + " SMs x " +
+                                     std::to_string(fmas) +
+                                     " bf16 tensor-core multiply-adds per clock x 2 FLOP x " +
+                                     fixed(sm_khz / 1e6, 3) + " GHz";
     }
 }
 

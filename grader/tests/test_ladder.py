@@ -1,5 +1,5 @@
-"""Module 04's SGEMM ladder (grader/ladder.py, shown by `grader report 04`) from recorded results:
-no build, no GPU."""
+"""The ladders of modules 04 and 05 (grader/ladder.py, shown by `grader report 04` and `05`) from
+recorded results: no build, no GPU."""
 import importlib.util
 import io
 import json
@@ -45,19 +45,40 @@ RESULTS = {
         "04_sgemm/sgemm_vectorized": entry("pass", case(4096, 30.0, 49.0, "cublas_sgemm")),
     },
 }
+# Module 05: a sixth SGEMM rung (compared with cuBLAS SGEMM, on module 04's ladder) and the
+# tensor-core rungs (compared with cuBLAS bf16, on module 05's).
+RESULTS_05 = {
+    "05_gemm_advanced/sgemm_warptile": entry(
+        "pass", case(4096, 41.0, 50.0, "cublas_sgemm"), case(2048, 38.0, 48.0, "cublas_sgemm_sweep")),
+    "05_gemm_advanced/wmma_gemm": entry(
+        "pass", case(4096, 150.0, 600.0, "cublas_gemm_bf16"),
+        case(1024, 100.0, 400.0, "cublas_gemm_bf16_sweep")),
+    "05_gemm_advanced/wgmma_gemm": entry(
+        "pass", case(4096, 570.0, 600.0, "cublas_gemm_bf16"),
+        case(8192, 620.0, 650.0, "cublas_gemm_bf16")),
+}
 
 
-@pytest.fixture
-def sgemm_course(tmp_path):
-    """A course holding the real manifests of 01 and 04, and saved results; nothing built."""
-    root = tmp_path / "course"
-    for module in ("01_basics", "04_sgemm"):
+def make_course(root, modules, results):
+    """A course holding the real manifests of `modules`, and saved results; nothing built."""
+    for module in modules:
         (root / "modules" / module).mkdir(parents=True)
         shutil.copy(REPO / "modules" / module / "module.toml", root / "modules" / module)
     (root / "CMakeLists.txt").write_text("# a course root\n")
     (root / ".grader").mkdir()
-    (root / ".grader" / "results.json").write_text(json.dumps(RESULTS))
+    (root / ".grader" / "results.json").write_text(json.dumps(results))
     return root
+
+
+@pytest.fixture
+def sgemm_course(tmp_path):
+    return make_course(tmp_path / "course", ("01_basics", "04_sgemm"), RESULTS)
+
+
+@pytest.fixture
+def gemm_course(tmp_path):
+    results = {"learner": {**RESULTS["learner"], **RESULTS_05}, "solution": RESULTS["solution"]}
+    return make_course(tmp_path / "course", ("01_basics", "04_sgemm", "05_gemm_advanced"), results)
 
 
 def test_the_ladder_starts_at_01s_naive_kernel_and_keeps_the_square_sizes(sgemm_course):
@@ -122,3 +143,24 @@ def test_the_solutions_ladder_reads_their_results(sgemm_course):
     vectorized = next(line for line in result.stdout.splitlines()
                       if line.startswith("04_sgemm/sgemm_vectorized"))
     assert vectorized.split() == ["04_sgemm/sgemm_vectorized", "pass", "30.0", "(61%)"]
+
+
+def test_module_05s_sgemm_rung_tops_module_04s_ladder(gemm_course):
+    rungs = read_ladder(load_course(gemm_course), "04_sgemm", RESULTS["learner"] | RESULTS_05)
+    assert [rung.key for rung in rungs][-2:] == ["04_sgemm/sgemm_vectorized",
+                                                 "05_gemm_advanced/sgemm_warptile"]
+    assert [(p.size, p.value) for p in rungs[-1].points] == [(2048, 38.0), (4096, 41.0)]
+
+
+def test_module_05s_ladder_is_its_tensor_core_rungs_against_cublas_bf16(gemm_course):
+    rungs = read_ladder(load_course(gemm_course), "05_gemm_advanced", RESULTS_05)
+    assert [rung.key for rung in rungs] == [
+        "05_gemm_advanced/wmma_gemm", "05_gemm_advanced/mma_gemm",
+        "05_gemm_advanced/mma_pipeline", "05_gemm_advanced/wgmma_gemm"]
+    assert [(p.size, p.ratio) for p in rungs[0].points] == [(1024, 0.25), (4096, 0.25)]
+    assert baseline_curve(rungs) == {1024: 400.0, 4096: 600.0, 8192: 650.0}
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(ladder_table("05_gemm_advanced", rungs))
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith("05_gemm_advanced: TFLOP/s (% of cuBLAS bf16 in the same run)")
+    assert lines[-1].split() == ["cuBLAS", "bf16", "400.0", "600.0", "650.0"]

@@ -41,6 +41,13 @@ expect = "fail"
 message = "x"
 
 [[mutant]]
+exercise = "hangs"
+name = "never_returns"
+replace = ["return 2 * x;", "for (volatile int spin = 0;;) spin = 1;"]
+expect = "timeout"
+message = "killed after"
+
+[[mutant]]
 exercise = "passes"
 name = "shifts_too_far"
 fast = true
@@ -106,7 +113,7 @@ def test_mutants_files_are_validated(course):
     assert mutants == []
     assert problems == [
         "solutions/01_fixture/mutants.toml: mutant 'a': no exercise 'nope' in this module",
-        "solutions/01_fixture/mutants.toml: mutant 'b': expect must be one of fail, crash",
+        "solutions/01_fixture/mutants.toml: mutant 'b': expect must be one of fail, crash, timeout",
         "solutions/01_fixture/mutants.toml: mutant 'c': missing exercise, replace, expect, message",
     ]
 
@@ -209,7 +216,7 @@ def test_a_mutants_run_catches_planted_bugs_and_reports_the_rest(course, gpu):
     assert "01_fixture/mismatch:plus_instead_of_times" in table
     assert "01_fixture/passes:trap" in table
     assert [line.split()[-1] for line in table.splitlines()
-            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO", "yes"]
+            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO", "yes", "yes"]
     assert ("mutant 01_fixture/todo:expects_the_wrong_message not caught: expected fail: this "
             "text is nowhere, got fail: Expected equality of these values:") in table
     assert ("mutant 01_fixture/hangs:text_not_in_the_solution not caught: expected fail: x, got "
@@ -231,6 +238,6 @@ def test_without_a_gpu_the_emulator_runs_the_planted_bugs(course, no_gpu):
     assert result.exit_code == 1
     assert "those of the fast references run on a GPU" in result.stderr
     assert [line.split()[-1] for line in result.stdout.splitlines()
-            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO"]
+            if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO", "yes"]
     assert (course / "build/mutants-emulated/bin/01_fixture.mismatch.emulated").is_file()
     assert not (course / "build/mutants").exists()

@@ -69,6 +69,18 @@ def test_a_compute_bound_case_is_judged_against_cublas():
     assert roofline.percent_of_roofline(sgemm, None, roofline.Roofs(None, None)) is None
 
 
+def test_a_tensor_core_case_is_judged_against_cublas_bf16():
+    cases = [case("TFLOP/s", 40.0, "cublas_sgemm", 50.0),
+             case("TFLOP/s", 500.0, "cublas_gemm_bf16", 700.0),
+             case("TFLOP/s", 200.0, "cublas_gemm_bf16_sweep", 400.0)]
+    roofs = roofline.measured_roofs(cases)
+    assert (roofs.sgemm_tflop_s, roofs.tensor_tflop_s) == (50.0, 700.0)
+    assert roofline.percent_of_roofline(cases[1], 1024, roofs) == pytest.approx(500 / 7)
+    assert roofline.percent_of_roofline(cases[0], 683, roofs) == pytest.approx(80)
+    # Without a tensor roof measured, a tensor-core case has none (not the SGEMM one).
+    assert roofline.percent_of_roofline(cases[1], None, roofline.Roofs(3000.0, 50.0)) is None
+
+
 def test_an_exercise_is_placed_by_its_manifests_intensity(course):
     roofs = roofline.Roofs(3000.0, 50.0)
     warp = roofline.place(exercise(course, "02_memory/reduce_warp"), case("GB/s", 3000.0), roofs)

@@ -17,6 +17,8 @@ struct Table {
     void (*cub_histogram_256)(const std::uint8_t* data, std::size_t n, unsigned int* bins);
     bool (*cudnn_available)();
     void (*cudnn_softmax)(const float* in, float* out, int rows, int cols);
+    void (*cublas_gemm_bf16)(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                             float* C);
     void (*cublas_attention_f32)(const float* Q, const float* K, const float* V, float* O,
                                  int batch, int heads, int T, int D, float scale, bool causal);
     void (*cublas_attention_bf16)(const std::uint16_t* Q, const std::uint16_t* K,

@@ -76,6 +76,15 @@ inline void cublas_sgemm(int M, int N, int K, const float* A, const float* B, fl
     table().cublas_sgemm(M, N, K, A, B, C);
 }
 
+// C = A * B^T with bf16 A and B and float32 C, accumulated in float32 on the tensor cores: A is
+// M x K and B is N x K, both row-major (K contiguous: the layout cuBLAS calls "TN"), C is M x N
+// row-major. cublasGemmEx with CUBLAS_COMPUTE_32F (the course's tensor-core GEMMs, module 05,
+// compute the same). `A` and `B` point at bf16 elements (__nv_bfloat16), passed as their bits.
+inline void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                             float* C) {
+    table().cublas_gemm_bf16(M, N, K, A, B, C);
+}
+
 // *out = sum of in[0..n), CUB DeviceReduce::Sum.
 inline void cub_reduce_sum(const float* in, float* out, std::size_t n) {
     table().cub_reduce_sum(in, out, n);

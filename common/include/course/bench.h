@@ -99,20 +99,22 @@ inline double tflop_per_s(double flops, double ms) { return flops / (ms * 1e9); 
 // launcher that skips its work is off by far more (10x, 1000x).
 inline constexpr double kPhysicalCeilingMargin = 1.10;
 
+// Where a case's FLOPs are computed, which sets its physical ceiling: the CUDA cores in float32,
+// or the tensor cores with bf16 inputs and float32 accumulation.
+enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores };
+
 // Record a timed case: the rate of the code under test and of the baseline, each from its median
 // time, as GoogleTest properties (read by the grader), and one printed line. `label` names the
 // size ("n=2^25", "4096x4096x4096"), `baseline` what it ran against ("copy", "cublas_sgemm").
 // Write the napkin math (which reads and writes make the bytes, where the FLOPs come from) beside
 // the call. A rate above the physical ceiling (the GPU's DRAM bandwidth on paper, or the copy
-// timed in the same run, whichever is higher, for GB/s; its FP32 peak for TFLOP/s, times
-// kPhysicalCeilingMargin) throws instead: the timed calls cannot have done the work counted.
+// timed in the same run, whichever is higher, for GB/s; for TFLOP/s the peak of `units`, FP32 or
+// bf16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot have done
+// the work counted.
 void record_bandwidth(const std::string& label, const PairTiming& timing, double bytes,
                       const std::string& baseline, double baseline_bytes);  // GB/s
 void record_flops(const std::string& label, const PairTiming& timing, double flops,
-                  const std::string& baseline, double baseline_flops);  // TFLOP/s
-// record_flops for code on the tensor cores (bf16 or fp16 inputs, float32 accumulation): the
-// ceiling is the GPU's dense 16-bit tensor-core peak on paper instead of its FP32 peak.
-void record_tensor_flops(const std::string& label, const PairTiming& timing, double flops,
-                         const std::string& baseline, double baseline_flops);  // TFLOP/s
+                  const std::string& baseline, double baseline_flops,
+                  FlopUnits units = FlopUnits::fp32_cuda_cores);  // TFLOP/s
 
 }  // namespace course

@@ -18,11 +18,14 @@ struct GpuInfo {
     std::string name;
     // What the GPU can physically deliver, on paper (0 where the device does not say): DRAM
     // bytes per second, 2 transfers per memory clock over the bus; FP32 FLOP per second, an FMA
-    // as 2, on the CUDA cores at the peak clock. `*_formula` says how, for messages.
+    // as 2, on the CUDA cores at the peak clock; dense bf16 FLOP per second with float32
+    // accumulation on the tensor cores at the peak clock. `*_formula` says how, for messages.
     double memory_peak_gb_s = 0;
     std::string memory_peak_formula;
     double fp32_peak_tflop_s = 0;
     std::string fp32_peak_formula;
+    double bf16_tensor_peak_tflop_s = 0;
+    std::string bf16_tensor_peak_formula;
 };
 
 // Queried once per process.

@@ -36,6 +36,17 @@ std::size_t opt_in_shared_bytes(Kernel kernel) {
     return static_cast<std::size_t>(bytes);
 }
 
+// The architecture `kernel`'s device code was compiled for, as major * 10 + minor (75, 80, 90): its
+// __CUDA_ARCH__ / 10, also when the driver compiled it from PTX for a newer GPU. A kernel whose
+// body needs newer instructions than that (bf16 tensor cores: 80; wgmma: 90, in an sm_90a build)
+// is compiled empty, and its launcher refuses to run it.
+template <class Kernel>
+int compiled_arch(Kernel kernel) {
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    return attributes.ptxVersion;
+}
+
 // Whether `kernel` can run in clusters here: the GPU launches them, and the kernel's device code
 // was compiled for sm_90 or newer. ptxVersion is the architecture the code was compiled for (its
 // __CUDA_ARCH__ / 10), which is what decides between the cluster and the one-block paths of

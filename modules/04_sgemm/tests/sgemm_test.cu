@@ -5,7 +5,8 @@
 // beta != 0 and C prefilled (C must be read), then with beta = 0 and C holding NaN (C must not be
 // read), three times, since a correct kernel gives the same bits every run. A failure names the
 // mistake where the output shows one: beta * C or alpha left out, the last partial K tile
-// dropped, C read although beta = 0, results that change from run to run (a race).
+// dropped, C read although beta = 0, tiles never stored, results that change from run to run (a
+// race; probed on a larger product when a small one is wrong the same way every run).
 // Then the rate at 4096^3 against cuBLAS SGEMM in plain FP32 (no TF32), timed in the same run:
 // the case the target is judged on. Then a sweep of square sizes from 256 to 2048 against the
 // same cuBLAS call, for the ladder (`grader report 04`).
@@ -108,6 +109,18 @@ Problem make_problem(const Shape& shape, course::Rng& rng) {
 // What a wrong C (computed with beta = kBeta) looks like, when a known mistake explains it.
 std::string diagnose_with_beta(const std::vector<float>& got, const Problem& p) {
     const auto tol = tolerance(p.shape.K);
+    const auto want = combine(p.product, p.C, kAlpha, kBeta);
+    // Every wrong element still holds the value C had on entry: no thread stored it.
+    std::size_t wrong = 0, untouched = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        if (tol.accepts(got[i], want[i])) continue;
+        ++wrong;
+        if (std::memcmp(&got[i], &p.C[i], sizeof(float)) == 0) ++untouched;
+    }
+    if (wrong > 0 && untouched == wrong)
+        return std::to_string(wrong) +
+               " elements still hold the value C had on entry: they were never written. Does "
+               "every block store its tile, the partial ones at the right and bottom edges too?";
     if (agrees(got, combine(p.product, p.C, kAlpha, 0.0), tol))
         return "C = alpha * A B, without beta * C: with beta != 0, C must be read and "
                "beta * C added";
@@ -142,12 +155,46 @@ std::string diagnose_without_beta(const std::vector<float>& got, bool with_beta_
            "beta == 0";
 }
 
-std::string race_diagnosis(std::size_t differing, std::size_t total) {
+// C's elements (of `total`) that differ between runs on the same inputs, where `shape` says
+// which run.
+std::string race_diagnosis(std::size_t differing, std::size_t total, const std::string& where) {
     if (differing == 0) return "";
     return "C differs between runs on the same inputs at " + std::to_string(differing) + " of " +
-           std::to_string(total) +
-           " elements: threads race on shared memory. Is there a __syncthreads() after the tile "
-           "loads, and another before the next tiles overwrite them?";
+           std::to_string(total) + " elements" + where +
+           ": threads race on shared memory. Is there a __syncthreads() after the tile loads, and "
+           "another before the next tiles overwrite them?";
+}
+
+// Elements of C that are not the same bits in all of `runs`.
+std::size_t differing_elements(const std::vector<std::vector<float>>& runs) {
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < runs.front().size(); ++i) {
+        for (const auto& other : runs) {
+            if (std::memcmp(&runs.front()[i], &other[i], sizeof(float)) != 0) {
+                ++differing;
+                break;
+            }
+        }
+    }
+    return differing;
+}
+
+// A small shape's wrong result can be the same wrong bits on every run even when threads race
+// (one block, its warps scheduled alike each time); many blocks in flight vary it. Three runs of
+// a 512^3 product, which a kernel without a race computes bit for bit the same: their diagnosis.
+std::string race_probe(course::Rng& rng) {
+    const Shape shape{512, 512, 512};
+    const std::size_t c_count = count(shape.M, shape.N);
+    course::DeviceBuffer<float> d_A("A", course::random_floats(c_count, -1.0f, 1.0f, rng));
+    course::DeviceBuffer<float> d_B("B", course::random_floats(c_count, -1.0f, 1.0f, rng));
+    course::DeviceBuffer<float> d_C("C", c_count);
+    std::vector<std::vector<float>> runs;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        d_C.poison();
+        sgemm(shape.M, shape.N, shape.K, kAlpha, d_A.data(), d_B.data(), 0.0f, d_C.data());
+        runs.push_back(d_C.download());
+    }
+    return race_diagnosis(differing_elements(runs), c_count, " of a 512x512x512 product");
 }
 
 // expect_close, with the diagnosis (if any) first, where the grader's lines show it.
@@ -198,17 +245,17 @@ void check_shape(const Shape& shape, course::Rng& rng, int offset = 0) {
         run(0.0f);
         without_beta.push_back(download_C());
     }
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i < c_count; ++i) {
-        const auto same_bits = [&](const std::vector<float>& other) {
-            return std::memcmp(&without_beta[0][i], &other[i], sizeof(float)) == 0;
-        };
-        if (!same_bits(without_beta[1]) || !same_bits(without_beta[2])) ++differing;
-    }
-    const std::string race = race_diagnosis(differing, c_count);
+    std::string race = race_diagnosis(differing_elements(without_beta), c_count, "");
 
     const auto want_with_beta = combine(p.product, p.C, kAlpha, kBeta);
     const bool with_beta_right = agrees(with_beta, want_with_beta, tolerance(shape.K));
+    const bool without_beta_right =
+        agrees(without_beta[0], combine(p.product, p.C, kAlpha, 0.0), tolerance(shape.K));
+    // Wrong, and no mistake the output shows explains it: was it a race after all?
+    if (race.empty() && !(with_beta_right && without_beta_right) &&
+        diagnose_with_beta(with_beta, p).empty() &&
+        diagnose_without_beta(without_beta[0], with_beta_right).empty())
+        race = race_probe(rng);
     {
         SCOPED_TRACE("alpha = 0.75, beta = -0.5: C = alpha * A B + beta * C, C prefilled");
         EXPECT_TRUE(verdict(with_beta, want_with_beta, shape,

@@ -282,16 +282,17 @@ TEST_F(LayerNormBackward, Bandwidth16384x4096) {
 }
 
 TEST_F(LayerNormBackward, MoreThan2To31Elements) {
-    // 524161 rows of 4097 floats: rows * cols = 2147487617, past 2^31, where a row offset
-    // row * cols held in an int overflows (8.6 GB each for x, dy and dx). x and dy are made on the
-    // device and repeat every kPeriod rows, so the column sums over all rows are (rows / kPeriod)
-    // times a period's plus the first rows % kPeriod rows': the host computes kPeriod rows.
+    // 524163 rows of 4097 floats: the last row starts at element 2147491714, past 2^31, where a row
+    // offset row * cols held in an int overflows (8.6 GB each for x, dy and dx). x and dy are made
+    // on the device and repeat every kPeriod rows, so the column sums over all rows are (rows /
+    // kPeriod) times a period's plus the first rows % kPeriod rows': the host computes kPeriod
+    // rows.
     constexpr int kPeriod = 97;
-    const int rows = 524161, cols = 4097;
+    const int rows = 524163, cols = 4097;
     const std::size_t n = std::size_t(rows) * cols, period = std::size_t(kPeriod) * cols;
     COURSE_LARGE_CASE(3 * n * sizeof(float) + (64u << 20));
     SCOPED_TRACE(
-        "524161 x 4097 (rows x cols = 2^31 + 3969), x and dy made on the device, "
+        "524163 x 4097 (the last row starts at element 2^31 + 8066), x and dy made on the device, "
         "repeating every 97 rows");
     auto rng = test_rng();
     const std::uint64_t seed_x = rng.next_u64(), seed_dy = rng.next_u64();

@@ -249,14 +249,15 @@ TEST_F(LayerNorm, Bandwidth4096x50304) {
 }
 
 TEST_F(LayerNorm, MoreThan2To31Elements) {
-    // 429497 rows of 5000 floats: rows * cols = 2147485000, just past 2^31, where a row offset
-    // row * cols held in an int overflows (8.6 GB each for x and y). x is made on the device;
-    // whole rows around element 2^31 and at the ends are compared with the reference, which the
-    // host computes for those rows only.
-    const int rows = 429497, cols = 5000;
+    // 429498 rows of 5000 floats: the last row starts at element 2147485000, just past 2^31, where
+    // a row offset row * cols held in an int overflows (8.6 GB each for x and y). x is made on the
+    // device; whole rows around element 2^31 and at the ends are compared with the reference, which
+    // the host computes for those rows only.
+    const int rows = 429498, cols = 5000;
     const std::size_t n = std::size_t(rows) * cols;
     COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
-    SCOPED_TRACE("429497 x 5000 (rows x cols = 2^31 + 1352), x made on the device");
+    SCOPED_TRACE(
+        "429498 x 5000 (the last row starts at element 2^31 + 1352), x made on the device");
     auto rng = test_rng();
     const std::uint64_t seed = rng.next_u64();
     const auto gamma = course::random_floats(cols, 0.5f, 1.5f, rng);

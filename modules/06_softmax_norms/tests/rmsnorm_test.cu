@@ -149,14 +149,14 @@ TEST_F(RmsNorm, Bandwidth4096x50304) {
 }
 
 TEST_F(RmsNorm, MoreThan2To31Elements) {
-    // 536871 rows of 4000 floats: rows * cols = 2147484000, just past 2^31, where a row offset
-    // row * cols held in an int overflows (8.6 GB each for x and y). x is made on the device;
-    // whole rows around element 2^31 and at the ends are compared with the reference, which the
-    // host computes for those rows only.
-    const int rows = 536871, cols = 4000;
+    // 536872 rows of 4000 floats: the last row starts at element 2147484000, just past 2^31, where
+    // a row offset row * cols held in an int overflows (8.6 GB each for x and y). x is made on the
+    // device; whole rows around element 2^31 and at the ends are compared with the reference, which
+    // the host computes for those rows only.
+    const int rows = 536872, cols = 4000;
     const std::size_t n = std::size_t(rows) * cols;
     COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
-    SCOPED_TRACE("536871 x 4000 (rows x cols = 2^31 + 352), x made on the device");
+    SCOPED_TRACE("536872 x 4000 (the last row starts at element 2^31 + 352), x made on the device");
     auto rng = test_rng();
     const std::uint64_t seed = rng.next_u64();
     const auto weight = course::random_floats(cols, 0.5f, 1.5f, rng);

@@ -536,12 +536,9 @@ void time_forward(const ForwardRun<Elem>& run, const BaselineRun<Elem>& baseline
                                              {course::TimedOutput(O, output_tolerance(c, bf16)),
                                               course::TimedOutput(L, lse_tolerance(c))});
     check_timed_forward(O, L, in, c);
-    if (bf16)
-        course::record_tensor_flops(perf_label(c), timing, forward_flops(c), baseline_name,
-                                    forward_flops(c));
-    else
-        course::record_flops(perf_label(c), timing, forward_flops(c), baseline_name,
-                             forward_flops(c));
+    course::record_flops(
+        perf_label(c), timing, forward_flops(c), baseline_name, forward_flops(c),
+        bf16 ? course::FlopUnits::bf16_tensor_cores : course::FlopUnits::fp32_cuda_cores);
 }
 
 // Device memory a timed forward case needs besides the baselines' scratch: inputs, two outputs

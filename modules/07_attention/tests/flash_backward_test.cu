@@ -151,8 +151,8 @@ void rate(std::size_t D, bool causal, course::Rng& rng) {
          course::TimedOutput(dV, gradient_tolerance(want.dV))});
     check_gradients(p, dQ, dK, dV, "", " (timed)");
     const double flops = 2.5 * forward_flops(c);
-    course::record_tensor_flops(perf_label(c), timing, flops, "cublas_attention_backward_bf16",
-                                flops);
+    course::record_flops(perf_label(c), timing, flops, "cublas_attention_backward_bf16", flops,
+                         course::FlopUnits::bf16_tensor_cores);
 }
 
 TEST_F(FlashBackward, RateD64) {

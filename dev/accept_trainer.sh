@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The trainer's acceptance on a GPU in one command (course authors, on the device machine): build,
+# the GPU tests (the model against the CPU double reference, resume, the tiny PyTorch check), the
+# PyTorch agreement of the `small` model in fp32 and bf16, the throughput table (train_gpt vs
+# PyTorch eager and torch.compile, GPT-2 124M, B=16, T=1024), where the step's GPU time goes op by
+# op (--kernels profile), and a training run of GPT-2 124M on the default corpus against PyTorch,
+# with a sample.
+#
+#   OUT=dir BUDGET_S=540 dev/accept_trainer.sh [TRAIN_STEPS]   (default 1000; needs
+#                                     data/shakespeare, made by trainer/prepare_data.py)
+# BUDGET_S (default 3600) bounds the whole run: each step gets what is left of it, so a hung or
+# slow step still leaves the logs of the others.
+# Logs go to $OUT (default build/accept-trainer): trainer.txt holds everything, summary.txt the
+# tables. Exit status 0 when every check passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-build/accept-trainer}
+steps=${1:-1000}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+log=$out/trainer.txt summary=$out/summary.txt
+work=build/accept-trainer-work  # dumps and checkpoints (gigabytes): not under $OUT
+: > "$log"
+: > "$summary"
+status=0
+step() {  # step NAME COMMAND...: runs it, its output to the log, its tail and status to the summary
+  local name=$1
+  shift
+  echo "=== $name: $*" >> "$log"
+  local start=$SECONDS left=$((${BUDGET_S:-3600} - SECONDS - 15))
+  [ $left -gt 10 ] || { echo "=== $name: no time left" >> "$summary"; status=1; return 1; }
+  timeout "$left" "$@" > "$out/step.txt" 2>&1
+  local rc=$?
+  cat "$out/step.txt" >> "$log"
+  { echo "=== $name (exit $rc, $((SECONDS - start)) s)"; tail -n "${TAIL:-12}" "$out/step.txt"; } >> "$summary"
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
+step build bash -o pipefail -c "cmake -S . -B build/trainer -G Ninja -DCOURSE_VARIANTS=solution \
+  -DCOURSE_TEST_GRADER=OFF > /dev/null && ninja -C build/trainer train_gpt trainer_tests | tail -3" || exit 1
+bin=build/trainer/bin
+TAIL=4 step gpu-tests "$bin/trainer_tests"
+TAIL=4 step pytest env TRAIN_GPT=$bin/train_gpt python3 -m pytest -q -p no:cacheprovider trainer/tests
+TAIL=8 step agree-fp32 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype fp32 --out "$work"
+TAIL=8 step agree-bf16 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 --out "$work"
+TAIL=7 step bench python3 trainer/torch_check.py bench --train-gpt $bin/train_gpt --steps 20 --out "$work"
+TAIL=18 step profile "$bin/train_gpt" -m gpt2-124m -b 16 -t 1024 --steps 6 --kernels profile \
+  --val-every 0 --sample-length 0 --no-checkpoint --out "$work/profile"
+TAIL=12 step train python3 trainer/torch_check.py train --train-gpt $bin/train_gpt --model gpt2-124m \
+  -b 16 -t 1024 --steps "$steps" --out "$work"
+cp "$work/train_gpt2-124m/loss.csv" "$out/loss_gpt2-124m.csv" 2>/dev/null
+rm -f "$out/step.txt"
+cat "$summary"
+exit $status

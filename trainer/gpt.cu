@@ -1,0 +1,515 @@
+// trainer/gpt: the GPT-2 model of the course's trainer, forward and backward written out layer by
+// layer, every op called through the dispatch table (ops.h).
+//
+// Teaches: what a training step of a transformer computes and keeps. The forward pass stores what
+// the backward pass needs (each LayerNorm's input statistics, each linear layer's input, the
+// attention probabilities); the backward pass walks the layers in reverse, carrying the gradient
+// of the residual stream and adding each parameter's gradient into a float buffer; the optimizer
+// then updates float master weights and, in mixed precision, their bf16 copy.
+//
+// Run:  build/trainer/bin/train_gpt --help          (trainer/README.md)
+// Interface: gpt.h
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "course/check.h"
+#include "gpt.h"
+
+namespace trainer {
+
+int padded_vocab(int vocab_size) { return (vocab_size + 127) / 128 * 128; }
+
+bool gpt_preset(const std::string& name, int vocab_size, GptConfig* config) {
+    struct Preset {
+        const char* name;
+        int layers, channels, heads, max_seq_len;
+    };
+    static const Preset presets[] = {
+        {"tiny", 2, 64, 4, 64},     // the tests': a few hundred thousand parameters
+        {"small", 6, 384, 6, 256},  // minutes on one GPU
+        {"gpt2-124m", 12, 768, 12, 1024},
+    };
+    for (const Preset& preset : presets) {
+        if (name != preset.name) continue;
+        *config = {preset.layers,      preset.channels, preset.heads,
+                   preset.max_seq_len, vocab_size,      padded_vocab(vocab_size)};
+        return true;
+    }
+    return false;
+}
+
+const char* gpt_preset_names() { return "tiny, small, gpt2-124m"; }
+
+ParamLayout param_layout(const GptConfig& config) {
+    const std::size_t L = config.layers, C = config.channels;
+    ParamLayout layout;
+    layout.size = {static_cast<std::size_t>(config.padded_vocab_size) * C,
+                   static_cast<std::size_t>(config.max_seq_len) * C,
+                   L * C,
+                   L * C,
+                   L * 3 * C * C,
+                   L * 3 * C,
+                   L * C * C,
+                   L * C,
+                   L * C,
+                   L * C,
+                   L * 4 * C * C,
+                   L * 4 * C,
+                   L * C * 4 * C,
+                   L * C,
+                   C,
+                   C};
+    for (int i = 0; i < kParamTensors; ++i) {
+        layout.offset[i] = layout.total;
+        layout.total += layout.size[i];
+    }
+    return layout;
+}
+
+bool is_decayed(int tensor) {
+    return tensor == kTokenEmbedding || tensor == kPositionEmbedding || tensor == kQkvWeight ||
+           tensor == kAttnProjWeight || tensor == kFcWeight || tensor == kFcProjWeight;
+}
+
+const char* param_name(int tensor) {
+    static const char* names[kParamTensors] = {"wte",
+                                               "wpe",
+                                               "ln1.weight",
+                                               "ln1.bias",
+                                               "qkv.weight",
+                                               "qkv.bias",
+                                               "attn_proj.weight",
+                                               "attn_proj.bias",
+                                               "ln2.weight",
+                                               "ln2.bias",
+                                               "fc.weight",
+                                               "fc.bias",
+                                               "fc_proj.weight",
+                                               "fc_proj.bias",
+                                               "lnf.weight",
+                                               "lnf.bias"};
+    return names[tensor];
+}
+
+namespace {
+
+// splitmix64: a small generator whose stream is the same on every platform, so a seed names
+// the same initial weights everywhere (the PyTorch check rebuilds them from the trainer's file).
+struct Random {
+    std::uint64_t state;
+    std::uint64_t next() {
+        std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }  // (0, 1)
+    double normal() {  // Box-Muller, one of the pair
+        return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+    }
+};
+
+}  // namespace
+
+std::vector<float> initial_params(const GptConfig& config, std::uint64_t seed) {
+    const ParamLayout layout = param_layout(config);
+    std::vector<float> params(layout.total, 0.0f);
+    Random random{seed};
+    const double std_dev = 0.02, residual_std_dev = 0.02 / std::sqrt(2.0 * config.layers);
+    for (int i = 0; i < kParamTensors; ++i) {
+        float* tensor = params.data() + layout.offset[i];
+        std::size_t count = layout.size[i];
+        if (i == kLn1Weight || i == kLn2Weight || i == kLnfWeight) {
+            std::fill(tensor, tensor + count, 1.0f);
+        } else if (is_decayed(i)) {
+            // The padding rows of wte stay 0: no token maps to them and the loss ignores them.
+            if (i == kTokenEmbedding)
+                count = static_cast<std::size_t>(config.vocab_size) * config.channels;
+            const double scale =
+                (i == kAttnProjWeight || i == kFcProjWeight) ? residual_std_dev : std_dev;
+            for (std::size_t j = 0; j < count; ++j)
+                tensor[j] = static_cast<float>(scale * random.normal());
+        }
+    }
+    return params;
+}
+
+double flops_per_token(const GptConfig& config, int T) {
+    const ParamLayout layout = param_layout(config);
+    // The position embedding is a lookup, not a product; wte is also the LM head's matrix.
+    const double matrix_params =
+        static_cast<double>(layout.total - layout.size[kPositionEmbedding]);
+    return 6.0 * matrix_params + 12.0 * config.layers * config.channels * static_cast<double>(T);
+}
+
+template <typename Act>
+template <typename P>
+P* Gpt<Act>::allocate(std::size_t count, const char* what) {
+    void* p = nullptr;
+    const std::size_t bytes = count * sizeof(P);
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+        cudaGetLastError();  // not sticky: clear it
+        char message[512];
+        std::snprintf(message, sizeof message,
+                      "out of GPU memory allocating %s (%.2f GiB, %.2f GiB taken before it) for "
+                      "micro-batches of %d x %d tokens: lower the batch size (-b) or the sequence "
+                      "length (-t), and raise --grad-accum to keep the tokens per step",
+                      what, bytes / 1073741824.0, device_bytes_ / 1073741824.0, max_B_, max_T_);
+        throw std::runtime_error(message);
+    }
+    CUDA_CHECK(status);
+    allocations_.push_back(p);
+    device_bytes_ += bytes;
+    return static_cast<P*>(p);
+}
+
+template <typename Act>
+Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T)
+    : config_(config), ops_(ops), max_B_(B), max_T_(T), layout_(param_layout(config)) {
+    if (config.channels % config.heads != 0)
+        throw std::runtime_error("the width (" + std::to_string(config.channels) +
+                                 ") must be a multiple of the number of heads (" +
+                                 std::to_string(config.heads) + ")");
+    if (T > config.max_seq_len)
+        throw std::runtime_error("sequence length " + std::to_string(T) +
+                                 " is longer than the model's context (" +
+                                 std::to_string(config.max_seq_len) + "): lower -t");
+    const std::size_t P = layout_.total;
+    master_ = allocate<float>(P, "the master weights");
+    if constexpr (std::is_same_v<Act, float>) {
+        working_ = master_;
+    } else {
+        working_ = allocate<Act>(P, "the bf16 weights");
+    }
+    grads_ = allocate<float>(P, "the gradients");
+    m_ = allocate<float>(P, "the optimizer's first moments");
+    v_ = allocate<float>(P, "the optimizer's second moments");
+    CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m_, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(v_, 0, P * sizeof(float)));
+    for (int i = 0; i < kParamTensors; ++i) {
+        param_[i] = working_ + layout_.offset[i];
+        grad_[i] = grads_ + layout_.offset[i];
+    }
+
+    const std::size_t L = config.layers, C = config.channels, NH = config.heads;
+    const std::size_t bt = static_cast<std::size_t>(B) * T, btc = bt * C;
+    const std::size_t scores = static_cast<std::size_t>(B) * NH * T * T;
+    act_.encoded = allocate<Act>(btc, "activations (embeddings)");
+    act_.ln1 = allocate<Act>(L * btc, "activations (ln1)");
+    act_.ln1_mean = allocate<float>(L * bt, "activations (ln1 statistics)");
+    act_.ln1_rstd = allocate<float>(L * bt, "activations (ln1 statistics)");
+    act_.qkv = allocate<Act>(L * 3 * btc, "activations (qkv)");
+    act_.atty = allocate<Act>(L * btc, "activations (attention output)");
+    act_.att = allocate<Act>(L * scores, "activations (attention probabilities)");
+    act_.residual2 = allocate<Act>(L * btc, "activations (residual)");
+    act_.ln2 = allocate<Act>(L * btc, "activations (ln2)");
+    act_.ln2_mean = allocate<float>(L * bt, "activations (ln2 statistics)");
+    act_.ln2_rstd = allocate<float>(L * bt, "activations (ln2 statistics)");
+    act_.fch = allocate<Act>(L * 4 * btc, "activations (MLP)");
+    act_.fch_gelu = allocate<Act>(L * 4 * btc, "activations (MLP GELU)");
+    act_.residual3 = allocate<Act>(L * btc, "activations (residual)");
+    act_.lnf = allocate<Act>(btc, "activations (final LayerNorm)");
+    act_.lnf_mean = allocate<float>(bt, "activations (final LayerNorm statistics)");
+    act_.lnf_rstd = allocate<float>(bt, "activations (final LayerNorm statistics)");
+    act_.logits = allocate<Act>(bt * config.padded_vocab_size, "the logits");
+    act_.losses = allocate<float>(bt, "the losses");
+    act_.projection = allocate<Act>(btc, "scratch");
+    act_.attention_scratch = allocate<Act>(6 * btc, "attention scratch");
+    act_.scores = allocate<Act>(scores, "attention scores");
+    act_.dresidual = allocate<Act>(btc, "gradient scratch");
+    act_.dbtc = allocate<Act>(btc, "gradient scratch");
+    act_.d4c = allocate<Act>(4 * btc, "gradient scratch");
+    act_.dqkv = allocate<Act>(3 * btc, "gradient scratch");
+    inputs_ = allocate<int>(bt, "token ids");
+    targets_ = allocate<int>(bt, "token ids");
+    bucket_data_ = allocate<int>(3 * bt + 1, "token buckets");
+    norm_ = allocate<float>(1, "the gradient norm");
+    host_losses_.resize(bt);
+}
+
+template <typename Act>
+Gpt<Act>::~Gpt() {
+    for (void* p : allocations_) cudaFree(p);
+}
+
+template <typename Act>
+void Gpt<Act>::set_params(const std::vector<float>& params) {
+    if (params.size() != layout_.total)
+        throw std::runtime_error("set_params: " + std::to_string(params.size()) +
+                                 " values for a model of " + std::to_string(layout_.total));
+    CUDA_CHECK(
+        cudaMemcpy(master_, params.data(), params.size() * sizeof(float), cudaMemcpyHostToDevice));
+    if constexpr (!std::is_same_v<Act, float>) {
+        std::vector<Act> working(params.size());
+        for (std::size_t i = 0; i < params.size(); ++i) working[i] = Act(params[i]);
+        CUDA_CHECK(cudaMemcpy(working_, working.data(), working.size() * sizeof(Act),
+                              cudaMemcpyHostToDevice));
+    }
+}
+
+// One parameter-sized float array (weights, gradients, moments) copied to the host.
+template <typename Act>
+std::vector<float> Gpt<Act>::download(const float* device) const {
+    std::vector<float> host(layout_.total);
+    CUDA_CHECK(
+        cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::params() const {
+    return download(master_);
+}
+
+template <typename Act>
+void Gpt<Act>::set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v) {
+    CUDA_CHECK(cudaMemcpy(m_, m.data(), layout_.total * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(v_, v.data(), layout_.total * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+template <typename Act>
+void Gpt<Act>::optimizer_state(std::vector<float>* m, std::vector<float>* v) const {
+    *m = download(m_);
+    *v = download(v_);
+}
+
+// Uploads the token ids, and groups the positions by token for the embedding's backward:
+// sorting (token, position) pairs puts each token's positions together, in increasing order.
+template <typename Act>
+void Gpt<Act>::upload_tokens(const int* inputs, const int* targets, int n) {
+    for (int i = 0; i < n; ++i) {
+        const bool bad_input = inputs[i] < 0 || inputs[i] >= config_.vocab_size;
+        const bool bad_target = targets && (targets[i] < 0 || targets[i] >= config_.vocab_size);
+        if (bad_input || bad_target)
+            throw std::runtime_error(
+                "token id " + std::to_string(bad_input ? inputs[i] : targets[i]) +
+                " is outside the model's vocabulary of " + std::to_string(config_.vocab_size) +
+                " (data made with another tokenizer?)");
+    }
+    CUDA_CHECK(cudaMemcpy(inputs_, inputs, n * sizeof(int), cudaMemcpyHostToDevice));
+    if (targets) CUDA_CHECK(cudaMemcpy(targets_, targets, n * sizeof(int), cudaMemcpyHostToDevice));
+
+    std::vector<std::pair<int, int>> order(n);
+    for (int i = 0; i < n; ++i) order[i] = {inputs[i], i};
+    std::sort(order.begin(), order.end());
+    std::vector<int> host(3 * n + 1);  // token[count], start[count + 1], positions[n]
+    std::vector<int> token, start;
+    for (int i = 0; i < n; ++i) {
+        if (i == 0 || order[i].first != order[i - 1].first) {
+            token.push_back(order[i].first);
+            start.push_back(i);
+        }
+        host[2 * n + 1 + i] = order[i].second;
+    }
+    start.push_back(n);
+    const int count = static_cast<int>(token.size());
+    std::copy(token.begin(), token.end(), host.begin());
+    std::copy(start.begin(), start.end(), host.begin() + n);
+    CUDA_CHECK(
+        cudaMemcpy(bucket_data_, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice));
+    buckets_ = {count, bucket_data_, bucket_data_ + n, bucket_data_ + 2 * n + 1};
+}
+
+template <typename Act>
+void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, float dloss_scale) {
+    if (B > max_B_ || T > max_T_)
+        throw std::runtime_error("a micro-batch of " + std::to_string(B) + " x " +
+                                 std::to_string(T) +
+                                 " tokens is larger than the model was built for (" +
+                                 std::to_string(max_B_) + " x " + std::to_string(max_T_) + ")");
+    upload_tokens(inputs, targets, B * T);
+    const int L = config_.layers, C = config_.channels, NH = config_.heads;
+    const int rows = B * T;
+    const long long n = static_cast<long long>(rows) * C;
+    // Per-layer slices are as large as the model was built for, whatever this B and T.
+    const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
+    const std::size_t scores = static_cast<std::size_t>(max_B_) * NH * max_T_ * max_T_;
+
+    ops_.embedding_forward(act_.encoded, inputs_, param_[kTokenEmbedding],
+                           param_[kPositionEmbedding], B, T, C);
+    for (int l = 0; l < L; ++l) {
+        const Act* residual = l == 0 ? act_.encoded : act_.residual3 + (l - 1) * btc;
+        Act* ln1 = act_.ln1 + l * btc;
+        Act* qkv = act_.qkv + l * 3 * btc;
+        Act* atty = act_.atty + l * btc;
+        Act* residual2 = act_.residual2 + l * btc;
+        Act* ln2 = act_.ln2 + l * btc;
+        Act* fch = act_.fch + l * 4 * btc;
+        Act* fch_gelu = act_.fch_gelu + l * 4 * btc;
+        Act* residual3 = act_.residual3 + l * btc;
+
+        // Attention block: x + proj(attention(ln1(x)))
+        ops_.layernorm_forward(ln1, act_.ln1_mean + l * bt, act_.ln1_rstd + l * bt, residual,
+                               param_[kLn1Weight] + l * C, param_[kLn1Bias] + l * C, rows, C);
+        ops_.linear_forward(qkv, ln1, param_[kQkvWeight] + l * 3 * C * C,
+                            param_[kQkvBias] + l * 3 * C, rows, C, 3 * C);
+        ops_.attention_forward(atty, act_.att + l * scores, act_.attention_scratch, act_.scores,
+                               qkv, B, T, C, NH);
+        ops_.linear_forward(act_.projection, atty, param_[kAttnProjWeight] + l * C * C,
+                            param_[kAttnProjBias] + l * C, rows, C, C);
+        ops_.residual_forward(residual2, residual, act_.projection, n);
+        // MLP block: x + proj(gelu(fc(ln2(x))))
+        ops_.layernorm_forward(ln2, act_.ln2_mean + l * bt, act_.ln2_rstd + l * bt, residual2,
+                               param_[kLn2Weight] + l * C, param_[kLn2Bias] + l * C, rows, C);
+        ops_.linear_forward(fch, ln2, param_[kFcWeight] + l * 4 * C * C,
+                            param_[kFcBias] + l * 4 * C, rows, C, 4 * C);
+        ops_.gelu_forward(fch_gelu, fch, 4 * n);
+        ops_.linear_forward(act_.projection, fch_gelu, param_[kFcProjWeight] + l * 4 * C * C,
+                            param_[kFcProjBias] + l * C, rows, 4 * C, C);
+        ops_.residual_forward(residual3, residual2, act_.projection, n);
+    }
+    const Act* last = act_.residual3 + (L - 1) * btc;
+    ops_.layernorm_forward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, last, param_[kLnfWeight],
+                           param_[kLnfBias], rows, C);
+    // The LM head is the token embedding, transposed (weight tying).
+    ops_.linear_forward(act_.logits, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
+                        config_.padded_vocab_size);
+    if (targets)
+        ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows,
+                           config_.vocab_size, config_.padded_vocab_size);
+}
+
+template <typename Act>
+void Gpt<Act>::backward(int B, int T) {
+    const int L = config_.layers, C = config_.channels, NH = config_.heads;
+    const int rows = B * T;
+    const long long n = static_cast<long long>(rows) * C;
+    const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
+    const std::size_t scores = static_cast<std::size_t>(max_B_) * NH * max_T_ * max_T_;
+    const Act* last = act_.residual3 + (L - 1) * btc;
+
+    // act_.logits holds d(loss)/d(logits) now (the cross-entropy wrote it).
+    ops_.linear_backward(act_.dbtc, grad_[kTokenEmbedding], nullptr, act_.logits, act_.lnf,
+                         param_[kTokenEmbedding], rows, C, config_.padded_vocab_size);
+    // dresidual carries the residual stream's gradient down the layers; the LayerNorm backwards
+    // add into it.
+    CUDA_CHECK(cudaMemset(act_.dresidual, 0, n * sizeof(Act)));
+    ops_.layernorm_backward(act_.dresidual, grad_[kLnfWeight], grad_[kLnfBias], act_.dbtc, last,
+                            param_[kLnfWeight], act_.lnf_mean, act_.lnf_rstd, rows, C);
+    for (int l = L - 1; l >= 0; --l) {
+        const Act* residual = l == 0 ? act_.encoded : act_.residual3 + (l - 1) * btc;
+        const Act* ln1 = act_.ln1 + l * btc;
+        const Act* qkv = act_.qkv + l * 3 * btc;
+        const Act* atty = act_.atty + l * btc;
+        const Act* residual2 = act_.residual2 + l * btc;
+        const Act* ln2 = act_.ln2 + l * btc;
+        const Act* fch = act_.fch + l * 4 * btc;
+        const Act* fch_gelu = act_.fch_gelu + l * 4 * btc;
+
+        // MLP block. dresidual is d(residual3); the block's output adds to residual2 unchanged,
+        // so after ln2's backward adds its part, dresidual is d(residual2).
+        ops_.linear_backward(act_.d4c, grad_[kFcProjWeight] + l * 4 * C * C,
+                             grad_[kFcProjBias] + l * C, act_.dresidual, fch_gelu,
+                             param_[kFcProjWeight] + l * 4 * C * C, rows, 4 * C, C);
+        ops_.gelu_backward(act_.d4c, fch, act_.d4c, 4 * n);
+        ops_.linear_backward(act_.dbtc, grad_[kFcWeight] + l * 4 * C * C,
+                             grad_[kFcBias] + l * 4 * C, act_.d4c, ln2,
+                             param_[kFcWeight] + l * 4 * C * C, rows, C, 4 * C);
+        ops_.layernorm_backward(act_.dresidual, grad_[kLn2Weight] + l * C, grad_[kLn2Bias] + l * C,
+                                act_.dbtc, residual2, param_[kLn2Weight] + l * C,
+                                act_.ln2_mean + l * bt, act_.ln2_rstd + l * bt, rows, C);
+        // Attention block, the same way: dresidual becomes d(this layer's input).
+        ops_.linear_backward(act_.dbtc, grad_[kAttnProjWeight] + l * C * C,
+                             grad_[kAttnProjBias] + l * C, act_.dresidual, atty,
+                             param_[kAttnProjWeight] + l * C * C, rows, C, C);
+        ops_.attention_backward(act_.dqkv, act_.attention_scratch, act_.scores, act_.dbtc, qkv,
+                                act_.att + l * scores, B, T, C, NH);
+        ops_.linear_backward(act_.dbtc, grad_[kQkvWeight] + l * 3 * C * C,
+                             grad_[kQkvBias] + l * 3 * C, act_.dqkv, ln1,
+                             param_[kQkvWeight] + l * 3 * C * C, rows, C, 3 * C);
+        ops_.layernorm_backward(act_.dresidual, grad_[kLn1Weight] + l * C, grad_[kLn1Bias] + l * C,
+                                act_.dbtc, residual, param_[kLn1Weight] + l * C,
+                                act_.ln1_mean + l * bt, act_.ln1_rstd + l * bt, rows, C);
+    }
+    ops_.embedding_backward(grad_[kTokenEmbedding], grad_[kPositionEmbedding], act_.dresidual,
+                            buckets_, B, T, C);
+}
+
+// The mean of the last forward's per-position losses (the copy waits for the GPU).
+template <typename Act>
+float Gpt<Act>::mean_loss(int rows) {
+    CUDA_CHECK(
+        cudaMemcpy(host_losses_.data(), act_.losses, rows * sizeof(float), cudaMemcpyDeviceToHost));
+    double sum = 0.0;
+    for (int i = 0; i < rows; ++i) sum += host_losses_[i];
+    return static_cast<float>(sum / rows);
+}
+
+template <typename Act>
+float Gpt<Act>::loss(const int* inputs, const int* targets, int B, int T) {
+    forward(inputs, targets, B, T, 0.0f);
+    return mean_loss(B * T);
+}
+
+template <typename Act>
+float Gpt<Act>::forward_backward(const int* inputs, const int* targets, int B, int T,
+                                 float dloss_scale) {
+    forward(inputs, targets, B, T, dloss_scale);
+    backward(B, T);
+    return mean_loss(B * T);
+}
+
+template <typename Act>
+void Gpt<Act>::zero_grads() {
+    CUDA_CHECK(cudaMemset(grads_, 0, layout_.total * sizeof(float)));
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::grads() const {
+    return download(grads_);
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::logits(int B, int T) const {
+    const std::size_t count = static_cast<std::size_t>(B) * T * config_.padded_vocab_size;
+    std::vector<Act> stored(count);
+    CUDA_CHECK(cudaMemcpy(stored.data(), act_.logits, count * sizeof(Act), cudaMemcpyDeviceToHost));
+    std::vector<float> host(count);
+    for (std::size_t i = 0; i < count; ++i) host[i] = static_cast<float>(stored[i]);
+    return host;
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int t) {
+    forward(tokens, nullptr, 1, t, 0.0f);
+    std::vector<Act> stored(config_.vocab_size);
+    CUDA_CHECK(cudaMemcpy(stored.data(),
+                          act_.logits + static_cast<std::size_t>(t - 1) * config_.padded_vocab_size,
+                          stored.size() * sizeof(Act), cudaMemcpyDeviceToHost));
+    std::vector<float> host(stored.size());
+    for (std::size_t i = 0; i < stored.size(); ++i) host[i] = static_cast<float>(stored[i]);
+    return host;
+}
+
+template <typename Act>
+float Gpt<Act>::update(float lr, float beta1, float beta2, float eps, float weight_decay,
+                       float max_norm, int step) {
+    ops_.sum_of_squares(norm_, grads_, static_cast<long long>(layout_.total));
+    float squared = 0.0f;
+    CUDA_CHECK(cudaMemcpy(&squared, norm_, sizeof(float), cudaMemcpyDeviceToHost));
+    const float norm = std::sqrt(squared);
+    const float grad_scale = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
+    const float beta1_correction = 1.0f - static_cast<float>(std::pow(beta1, step));
+    const float beta2_correction = 1.0f - static_cast<float>(std::pow(beta2, step));
+    for (int i = 0; i < kParamTensors; ++i) {
+        const std::size_t offset = layout_.offset[i];
+        Act* working = std::is_same_v<Act, float> ? nullptr : working_ + offset;
+        ops_.adamw(master_ + offset, working, grads_ + offset, m_ + offset, v_ + offset,
+                   static_cast<long long>(layout_.size[i]), lr, beta1, beta2, beta1_correction,
+                   beta2_correction, eps, is_decayed(i) ? weight_decay : 0.0f, grad_scale);
+    }
+    return norm;
+}
+
+template class Gpt<float>;
+template class Gpt<bf16>;
+
+}  // namespace trainer

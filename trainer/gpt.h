@@ -1,0 +1,173 @@
+// The GPT-2 model of the course's trainer: its configuration, its parameters (one flat array of
+// 16 tensors, in the order of ParamTensor) and the Gpt class that runs its forward and backward
+// passes and its optimizer step on the GPU through a table of ops (ops.h).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops.h"
+
+namespace trainer {
+
+struct GptConfig {
+    int layers = 0;
+    int channels = 0;           // C
+    int heads = 0;              // NH; C / NH is the head size
+    int max_seq_len = 0;        // the longest context, the rows of the position embedding
+    int vocab_size = 0;         // V: tokens the tokenizer makes
+    int padded_vocab_size = 0;  // Vp: V rounded up to a multiple of 128, for the GEMMs
+};
+
+// V rounded up to a multiple of 128 (50257 -> 50304).
+int padded_vocab(int vocab_size);
+
+// The presets: "tiny" (seconds on any GPU; the tests), "small" (minutes), "gpt2-124m". The
+// vocabulary comes from the tokenizer. False for an unknown name.
+bool gpt_preset(const std::string& name, int vocab_size, GptConfig* config);
+const char* gpt_preset_names();
+
+// The parameter tensors, in their order in the flat array.
+enum ParamTensor {
+    kTokenEmbedding,     // wte [Vp, C], also the LM head (tied)
+    kPositionEmbedding,  // wpe [max_seq_len, C]
+    kLn1Weight,          // [L, C]
+    kLn1Bias,            // [L, C]
+    kQkvWeight,          // [L, 3C, C]
+    kQkvBias,            // [L, 3C]
+    kAttnProjWeight,     // [L, C, C]
+    kAttnProjBias,       // [L, C]
+    kLn2Weight,          // [L, C]
+    kLn2Bias,            // [L, C]
+    kFcWeight,           // [L, 4C, C]
+    kFcBias,             // [L, 4C]
+    kFcProjWeight,       // [L, C, 4C]
+    kFcProjBias,         // [L, C]
+    kLnfWeight,          // [C]
+    kLnfBias,            // [C]
+    kParamTensors
+};
+
+struct ParamLayout {
+    std::array<std::size_t, kParamTensors> size{};    // elements of each tensor
+    std::array<std::size_t, kParamTensors> offset{};  // where it starts in the flat array
+    std::size_t total = 0;
+};
+ParamLayout param_layout(const GptConfig& config);
+// Weight decay applies to the matrices (embeddings and linear weights), not to biases or norms.
+bool is_decayed(int tensor);
+const char* param_name(int tensor);
+
+// GPT-2's initialization, reproducible from the seed: normal(0, 0.02) for the matrices, the two
+// projections into the residual stream scaled by 1 / sqrt(2 L), biases 0, LayerNorm weights 1;
+// the padding rows of wte are 0.
+std::vector<float> initial_params(const GptConfig& config, std::uint64_t seed);
+
+// Model FLOPs per token of a training step (forward and backward): 6 per parameter in the
+// matrices plus attention's products, the count MFU is quoted with.
+double flops_per_token(const GptConfig& config, int T);
+
+// A GPT on the GPU with activations for micro-batches up to B x T. Act is float (all-fp32) or
+// bf16 (mixed precision: bf16 weights and activations, fp32 master weights, gradients and
+// optimizer state). Errors (out of memory included) throw std::runtime_error.
+template <typename Act>
+class Gpt {
+  public:
+    Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T);
+    ~Gpt();
+    Gpt(const Gpt&) = delete;
+    Gpt& operator=(const Gpt&) = delete;
+
+    const GptConfig& config() const { return config_; }
+    // Bytes of GPU memory this model allocated.
+    std::size_t device_bytes() const { return device_bytes_; }
+
+    // The master weights and the optimizer's moments (param_layout(config).total floats each).
+    void set_params(const std::vector<float>& params);
+    std::vector<float> params() const;
+    void set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v);
+    void optimizer_state(std::vector<float>* m, std::vector<float>* v) const;
+
+    // Mean loss of a micro-batch of B x T tokens (targets: the next token of each input).
+    float loss(const int* inputs, const int* targets, int B, int T);
+    // Forward and backward of a micro-batch: adds d(dloss_scale * sum of losses)/dparams to the
+    // gradients and returns the mean loss. For a step's mean loss over n micro-batches of B x T,
+    // dloss_scale = 1 / (n * B * T).
+    float forward_backward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
+    void zero_grads();
+    std::vector<float> grads() const;
+    // The logits [B, T, Vp] of the last forward (before a backward overwrites them), as floats.
+    std::vector<float> logits(int B, int T) const;
+    // Logits of position t - 1 of one sequence of t tokens (generation): V floats.
+    std::vector<float> next_token_logits(const int* tokens, int t);
+
+    // Clips the gradients to max_norm (0: no clipping) and takes an AdamW step (step counts from
+    // 1). Returns the gradient norm before clipping.
+    float update(float lr, float beta1, float beta2, float eps, float weight_decay, float max_norm,
+                 int step);
+
+  private:
+    void forward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
+    void backward(int B, int T);
+    void upload_tokens(const int* inputs, const int* targets, int n);
+    std::vector<float> download(const float* device) const;
+    float mean_loss(int rows);
+    template <typename P>
+    P* allocate(std::size_t count, const char* what);
+
+    GptConfig config_;
+    const Ops<Act>& ops_;
+    int max_B_, max_T_;
+    ParamLayout layout_;
+    std::size_t device_bytes_ = 0;
+    std::vector<void*> allocations_;
+
+    float* master_ = nullptr;  // fp32 master weights
+    Act* working_ = nullptr;   // the weights the forward reads: master_ itself in fp32 mode
+    float* grads_ = nullptr;
+    float* m_ = nullptr;
+    float* v_ = nullptr;
+    std::array<Act*, kParamTensors> param_{};
+    std::array<float*, kParamTensors> grad_{};
+
+    // Activations kept for the backward, per layer where it says L.
+    struct Activations {
+        Act* encoded;                // [B, T, C]
+        Act* ln1;                    // [L, B, T, C]
+        float *ln1_mean, *ln1_rstd;  // [L, B, T]
+        Act* qkv;                    // [L, B, T, 3C]
+        Act* atty;                   // [L, B, T, C]
+        Act* att;                    // [L, B, NH, T, T]
+        Act* residual2;              // [L, B, T, C]
+        Act* ln2;                    // [L, B, T, C]
+        float *ln2_mean, *ln2_rstd;  // [L, B, T]
+        Act* fch;                    // [L, B, T, 4C]
+        Act* fch_gelu;               // [L, B, T, 4C]
+        Act* residual3;              // [L, B, T, C]
+        Act* lnf;                    // [B, T, C]
+        float *lnf_mean, *lnf_rstd;  // [B, T]
+        Act* logits;                 // [B, T, Vp], the gradient after a backward's forward
+        float* losses;               // [B, T]
+        // Scratch shared by the layers
+        Act* projection;         // [B, T, C]: a linear layer's output before the residual add
+        Act* attention_scratch;  // [6, B, T, C]
+        Act* scores;             // [B, NH, T, T]: preatt in the forward, datt in the backward
+        Act* dresidual;          // [B, T, C]
+        Act* dbtc;               // [B, T, C]
+        Act* dbtc2;              // [B, T, C]
+        Act* d4c;                // [B, T, 4C]
+        Act* dqkv;               // [B, T, 3C]
+    } act_{};
+
+    int* inputs_ = nullptr;       // [B, T] token ids on the device
+    int* targets_ = nullptr;      // [B, T]
+    int* bucket_data_ = nullptr;  // TokenBuckets' arrays
+    TokenBuckets buckets_{};
+    float* norm_ = nullptr;  // one float: the squared gradient norm
+    std::vector<float> host_losses_;
+};
+
+}  // namespace trainer

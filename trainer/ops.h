@@ -1,0 +1,108 @@
+// The trainer's dispatch layer: every operation of the GPT model goes through one table of
+// function pointers, so that the same forward and backward code (gpt.cu) runs on the course's
+// reference kernels or on a learner's.
+//
+// Act is the type of the activations and of the working copy of the weights: float in the
+// all-fp32 mode (for checking), __nv_bfloat16 in mixed precision. Parameter gradients, the
+// optimizer's state and the master weights are always float, as are the LayerNorm statistics
+// and the losses.
+//
+// Shapes use the names of the model: B sequences of T tokens, C channels, NH heads, OC output
+// channels of a linear layer, V the vocabulary and Vp the vocabulary padded for the GEMMs.
+// Every pointer is a device pointer; every function enqueues its work on the default stream.
+//
+// The tables (ops_reference.cu): "reference", the course's fastest implementation, and "profile",
+// the same ops each timed alone with CUDA events (a table of GPU time per op at exit). Module 08
+// adds a table whose entries call the learner's exercise kernels through their contracts, taking
+// the reference entry for every op the learner has not written yet; `train_gpt --kernels NAME`
+// selects a table (ops_table below).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <string>
+
+namespace trainer {
+
+using bf16 = __nv_bfloat16;
+
+// Where each token of a micro-batch sits, grouped by token id, so that the gradient of the token
+// embedding sums each row in a fixed order (no atomics, the same bits on every run). Built on the
+// host from the token ids (gpt.cu), uploaded with them.
+struct TokenBuckets {
+    int count;             // number of distinct tokens in the micro-batch
+    const int* token;      // [count]: the token id of each bucket
+    const int* start;      // [count + 1]: bucket k holds positions[start[k] .. start[k + 1])
+    const int* positions;  // [B * T]: flat positions b * T + t, in increasing order per bucket
+};
+
+template <typename Act>
+struct Ops {
+    const char* name;
+
+    // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+    void (*embedding_forward)(Act* out, const int* tokens, const Act* wte, const Act* wpe, int B,
+                              int T, int C);
+    // dwte[token,:] += sum of dout over the token's positions; dwpe[t,:] += sum_b dout[b,t,:]
+    void (*embedding_backward)(float* dwte, float* dwpe, const Act* dout,
+                               const TokenBuckets& buckets, int B, int T, int C);
+
+    // out = LayerNorm(inp) * weight + bias over the last dimension (C), rows = B * T; saves the
+    // per-row mean and 1/std for the backward.
+    void (*layernorm_forward)(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
+                              const Act* bias, int rows, int C);
+    // dinp += d(LayerNorm)/dinp applied to dout; dweight += ..., dbias += ... (accumulated, so
+    // that the residual stream's gradient and the micro-batches add up).
+    void (*layernorm_backward)(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                               const Act* inp, const Act* weight, const float* mean,
+                               const float* rstd, int rows, int C);
+
+    // out[rows, OC] = inp[rows, C] @ weight[OC, C]^T (+ bias[OC] where bias is not null)
+    void (*linear_forward)(Act* out, const Act* inp, const Act* weight, const Act* bias, int rows,
+                           int C, int OC);
+    // dinp = dout @ weight (written); dweight += dout^T @ inp; dbias += column sums of dout
+    // (dbias may be null: a layer without bias).
+    void (*linear_backward)(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                            const Act* inp, const Act* weight, int rows, int C, int OC);
+
+    // Causal multi-head self-attention. qkv [B, T, 3C] holds q, k, v side by side; out [B, T, C].
+    // att [B, NH, T, T] keeps the probabilities for the backward; scratch holds 3 * B*T*C for
+    // q, k, v rearranged per head and preatt holds B * NH * T * T (both reused by every layer).
+    void (*attention_forward)(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv, int B,
+                              int T, int C, int NH);
+    // dqkv [B, T, 3C] written from dout [B, T, C]; scratch as above plus 3 * B*T*C more for the
+    // gradients per head, datt B * NH * T * T.
+    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
+                               const Act* att, int B, int T, int C, int NH);
+
+    // out = GELU(inp) (the tanh approximation of GPT-2), n elements
+    void (*gelu_forward)(Act* out, const Act* inp, long long n);
+    // dinp = GELU'(inp) * dout (dinp may alias dout)
+    void (*gelu_backward)(Act* dinp, const Act* inp, const Act* dout, long long n);
+    // out = a + b, n elements
+    void (*residual_forward)(Act* out, const Act* a, const Act* b, long long n);
+
+    // Softmax cross-entropy of each row of logits [rows, Vp] over its first V columns against
+    // targets[row]: losses[row] = logsumexp - logit[target]. Where dloss != 0 the logits are
+    // overwritten by their gradient, (softmax - onehot) * dloss (0 in the padded columns).
+    void (*cross_entropy)(Act* logits, float* losses, const int* targets, float dloss, int rows,
+                          int V, int Vp);
+
+    // Sum of squares of n floats, written to *out (one float). Deterministic.
+    void (*sum_of_squares)(float* out, const float* values, long long n);
+    // AdamW step on n parameters: grads scaled by grad_scale (the clipping factor), bias
+    // correction with beta1_correction = 1 - beta1^step (and beta2's), decoupled weight decay.
+    // Writes master (float) and, where working is not null, its Act copy.
+    void (*adamw)(float* master, Act* working, const float* grads, float* m, float* v, long long n,
+                  float lr, float beta1, float beta2, float beta1_correction,
+                  float beta2_correction, float eps, float weight_decay, float grad_scale);
+};
+
+// The tables this build has, by name ("reference", "profile"); nullptr for an unknown name.
+template <typename Act>
+const Ops<Act>* ops_table(const std::string& name);
+
+// What ops_table knows, for error messages ("reference, profile").
+const char* ops_table_names();
+
+}  // namespace trainer

@@ -1,0 +1,1020 @@
+// trainer/ops_reference: the course's reference implementation of every op of the GPT trainer.
+//
+// Teaches: what a transformer's training step is made of at the kernel level. The matrix
+// products (every linear layer, and attention's two products per head) go to cuBLASLt with
+// float accumulation, the bias added in the GEMM's epilogue; everything between them is a
+// memory-bound kernel, written here one per op: embedding, LayerNorm (a warp per row), causal
+// softmax (a warp per row), GELU, the residual add, a fused softmax cross-entropy that writes its
+// gradient over the logits, and a fused AdamW. Every reduction into a parameter gradient runs in
+// a fixed order, so a run is bit-for-bit repeatable. In the all-fp32 mode, LayerNorm's forward
+// and the causal softmax are module 06's fast references, called through their contracts.
+//
+// Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
+// Interface: ops.h
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "course/exercise.h"
+#include "layernorm.h"  // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
+#include "ops.h"
+#include "softmax_causal.h"  // module 06: causal softmax, fp32 (softmax_causal.cu)
+
+namespace trainer {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarp = 32;
+constexpr int kElementwiseBlock = 256;
+
+// ---- Conversions: arithmetic is float whatever the storage type ----
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+template <typename Act>
+__device__ __forceinline__ Act from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+    return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+    return __float2bfloat16(x);
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2)
+        x += __shfl_xor_sync(kFullMask, x, offset);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2)
+        x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
+    return x;
+}
+
+// Grid for an elementwise kernel over n items with a grid-stride loop: enough blocks to fill
+// the GPU, never more than the items need.
+unsigned elementwise_blocks(long long n) {
+    return static_cast<unsigned>(
+        std::min<long long>(course::ceil_div(n, kElementwiseBlock), 65536));
+}
+
+// ---- cuBLASLt: every matrix product of the model ----
+
+cudaDataType_t cuda_type(float) { return CUDA_R_32F; }
+cudaDataType_t cuda_type(bf16) { return CUDA_R_16BF; }
+
+void cublas_check(cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error(std::string("cuBLASLt: ") + what + " failed (status " +
+                                 std::to_string(static_cast<int>(status)) + ")");
+}
+
+// The GEMM plans already made, by shape: choosing an algorithm costs tens of microseconds and a
+// training step has hundreds of products of a few dozen shapes.
+struct GemmPlan {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+};
+using GemmKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, long long,
+                           long long, long long, int, int, int, int>;
+
+// The largest power of two up to 256 that divides the address and every batch's offset: cuBLASLt
+// picks algorithms for the alignment it is promised (the attention's T x T batches of an odd T
+// are 4-byte aligned only).
+int alignment_of(const void* p, long long stride_bytes) {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    int alignment = 256;
+    while (alignment > 1 && (address % alignment != 0 || stride_bytes % alignment != 0))
+        alignment /= 2;
+    return alignment;
+}
+
+struct Cublas {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    std::size_t workspace_bytes = 32u << 20;
+    std::map<GemmKey, GemmPlan> plans;
+};
+
+Cublas& cublas() {
+    static Cublas state;
+    if (!state.handle) {
+        cublas_check(cublasLtCreate(&state.handle), "cublasLtCreate");
+        CUDA_CHECK(cudaMalloc(&state.workspace, state.workspace_bytes));
+    }
+    return state;
+}
+
+// Column-major, as cuBLAS sees memory: D[m, n] = alpha * op(A) @ op(B) + beta * D, with
+// op(A) m x k, op(B) k x n, leading dimensions lda, ldb, ldd, and `batch` products whose
+// operands are `stride_*` elements apart. A row-major matrix is its transpose in column-major,
+// which is how the callers below turn the model's row-major products into these. With a bias
+// (length m, of D's type), D = op(A) @ op(B) + bias broadcast over the columns.
+template <typename In, typename Out>
+void gemm(Out* d, const In* a, const In* b, const Out* bias, int m, int n, int k, bool trans_a,
+          bool trans_b, int lda, int ldb, int ldd, float alpha, float beta, int batch = 1,
+          long long stride_a = 0, long long stride_b = 0, long long stride_d = 0) {
+    Cublas& state = cublas();
+    const int align_a = alignment_of(a, stride_a * sizeof(In));
+    const int align_b = alignment_of(b, stride_b * sizeof(In));
+    const int align_d = alignment_of(d, stride_d * sizeof(Out));
+    const GemmKey key{std::is_same_v<In, bf16>,
+                      std::is_same_v<Out, bf16>,
+                      bias != nullptr,
+                      m,
+                      n,
+                      k,
+                      trans_a,
+                      trans_b,
+                      lda,
+                      ldb,
+                      ldd,
+                      stride_a,
+                      stride_b,
+                      stride_d,
+                      batch,
+                      align_a,
+                      align_b,
+                      align_d};
+    auto found = state.plans.find(key);
+    if (found == state.plans.end()) {
+        GemmPlan plan{};
+        cublas_check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                     "matmul descriptor");
+        const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+        if (bias) {
+            const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                           sizeof(epilogue));
+        }
+        // Stored shapes: op(A) is m x k, so A itself is k x m when transposed.
+        cublas_check(cublasLtMatrixLayoutCreate(&plan.a, cuda_type(In{}), trans_a ? k : m,
+                                                trans_a ? m : k, lda),
+                     "layout of A");
+        cublas_check(cublasLtMatrixLayoutCreate(&plan.b, cuda_type(In{}), trans_b ? n : k,
+                                                trans_b ? k : n, ldb),
+                     "layout of B");
+        cublas_check(cublasLtMatrixLayoutCreate(&plan.d, cuda_type(Out{}), m, n, ldd),
+                     "layout of D");
+        if (batch > 1) {
+            const std::pair<cublasLtMatrixLayout_t, long long> strided[] = {
+                {plan.a, stride_a}, {plan.b, stride_b}, {plan.d, stride_d}};
+            for (const auto& [layout, stride] : strided) {
+                cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                 sizeof(batch));
+                cublasLtMatrixLayoutSetAttribute(
+                    layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
+            }
+        }
+        cublasLtMatmulPreference_t preference;
+        cublas_check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+        cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &state.workspace_bytes, sizeof(state.workspace_bytes));
+        const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> alignments[] = {
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+        for (const auto& [attribute, bytes] : alignments)
+            cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes));
+        cublasLtMatmulHeuristicResult_t heuristic{};
+        int found_algos = 0;
+        cublasLtMatmulAlgoGetHeuristic(state.handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
+                                       preference, 1, &heuristic, &found_algos);
+        cublasLtMatmulPreferenceDestroy(preference);
+        if (found_algos == 0)
+            throw std::runtime_error("cuBLASLt has no algorithm for a " +
+                                     std::string(std::is_same_v<In, bf16> ? "bf16" : "fp32") +
+                                     " product of " + std::to_string(m) + " x " +
+                                     std::to_string(n) + " x " + std::to_string(k) +
+                                     " on this GPU (bf16 needs compute capability 8.0 or newer: "
+                                     "try --dtype fp32)");
+        plan.algo = heuristic.algo;
+        found = state.plans.emplace(key, plan).first;
+    }
+    const GemmPlan& plan = found->second;
+    if (bias)
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof(bias));
+    cublas_check(
+        cublasLtMatmul(state.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,
+                       plan.d, &plan.algo, state.workspace, state.workspace_bytes, 0),
+        "cublasLtMatmul");
+}
+
+// A vector of ones, for column sums as a product (dbias = dout^T @ ones).
+template <typename Act>
+const Act* ones(long long n) {
+    static Act* buffer = nullptr;
+    static long long size = 0;
+    if (n > size) {
+        if (buffer) CUDA_CHECK(cudaFree(buffer));
+        CUDA_CHECK(cudaMalloc(&buffer, n * sizeof(Act)));
+        std::vector<Act> host(n, Act(1.0f));
+        CUDA_CHECK(cudaMemcpy(buffer, host.data(), n * sizeof(Act), cudaMemcpyHostToDevice));
+        size = n;
+    }
+    return buffer;
+}
+
+// ---- Linear layers ----
+
+// Row-major out[rows, OC] = inp[rows, C] @ weight[OC, C]^T is, column-major, out^T (OC x rows) =
+// weight (stored C x OC, transposed) @ inp^T (stored C x rows as it is).
+template <typename Act>
+void linear_forward(Act* out, const Act* inp, const Act* weight, const Act* bias, int rows, int C,
+                    int OC) {
+    gemm(out, weight, inp, bias, OC, rows, C, true, false, C, C, OC, 1.0f, 0.0f);
+}
+
+template <typename Act>
+void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                     const Act* weight, int rows, int C, int OC) {
+    // dinp[rows, C] = dout[rows, OC] @ weight[OC, C]: column-major dinp^T = weight^T @ dout^T,
+    // both stored untransposed.
+    gemm<Act, Act>(dinp, weight, dout, nullptr, C, rows, OC, false, false, C, OC, C, 1.0f, 0.0f);
+    // dweight[OC, C] += dout^T @ inp: column-major dweight^T (C x OC) = inp^T (C x rows) @ dout
+    // (rows x OC, the transpose of dout^T as stored).
+    gemm<Act, float>(dweight, inp, dout, nullptr, C, OC, rows, false, true, C, OC, C, 1.0f, 1.0f);
+    // dbias[OC] += dout^T @ ones: a product with one column, in a fixed order.
+    if (dbias)
+        gemm<Act, float>(dbias, dout, ones<Act>(rows), nullptr, OC, 1, rows, false, false, OC, rows,
+                         OC, 1.0f, 1.0f);
+}
+
+// W values of a row moved as one access (16 bytes where the row allows it).
+template <typename Act, int W>
+struct Pack {
+    Act value[W];
+};
+
+// ---- Embedding ----
+
+template <typename Act>
+__global__ void embedding_forward_kernel(Act* out, const int* tokens, const Act* wte,
+                                         const Act* wpe, int B, int T, int C) {
+    const long long n = static_cast<long long>(B) * T * C;
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const long long position = i / C;  // b * T + t
+        const int c = static_cast<int>(i % C);
+        const int t = static_cast<int>(position % T);
+        const int token = tokens[position];
+        out[i] = from_float<Act>(to_float(wte[static_cast<long long>(token) * C + c]) +
+                                 to_float(wpe[static_cast<long long>(t) * C + c]));
+    }
+}
+
+template <typename Act>
+void embedding_forward(Act* out, const int* tokens, const Act* wte, const Act* wpe, int B, int T,
+                       int C) {
+    const long long n = static_cast<long long>(B) * T * C;
+    embedding_forward_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(out, tokens, wte, wpe, B,
+                                                                           T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// One block per distinct token: its threads own channels and sum the token's positions in
+// increasing order.
+template <typename Act>
+__global__ void token_embedding_backward_kernel(float* dwte, const Act* dout, const int* token,
+                                                const int* start, const int* positions, int C) {
+    const int bucket = blockIdx.x;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int p = start[bucket]; p < start[bucket + 1]; ++p)
+            sum += to_float(dout[static_cast<long long>(positions[p]) * C + c]);
+        dwte[static_cast<long long>(token[bucket]) * C + c] += sum;
+    }
+}
+
+// One thread per (t, c): the sum over the batch, in order.
+template <typename Act>
+__global__ void position_embedding_backward_kernel(float* dwpe, const Act* dout, int B, int T,
+                                                   int C) {
+    const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;  // t * C + c
+    if (i >= static_cast<long long>(T) * C) return;
+    float sum = 0.0f;
+    for (int b = 0; b < B; ++b) sum += to_float(dout[static_cast<long long>(b) * T * C + i]);
+    dwpe[i] += sum;
+}
+
+template <typename Act>
+void embedding_backward(float* dwte, float* dwpe, const Act* dout, const TokenBuckets& buckets,
+                        int B, int T, int C) {
+    token_embedding_backward_kernel<<<buckets.count, 256>>>(dwte, dout, buckets.token,
+                                                            buckets.start, buckets.positions, C);
+    CUDA_CHECK_LAUNCH();
+    const long long n = static_cast<long long>(T) * C;
+    position_embedding_backward_kernel<<<
+        static_cast<unsigned>(course::ceil_div(n, kElementwiseBlock)), kElementwiseBlock>>>(
+        dwpe, dout, B, T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- LayerNorm ----
+
+constexpr float kLayerNormEpsilon = 1e-5f;  // GPT-2's, and module 06's kLayerNormEps
+constexpr int kNormWarps = 4;               // warps per block: one row at a time each
+
+// A warp per row: the mean, then the variance around it (two passes over a row the warp's L1
+// holds), then the normalized row.
+template <typename Act>
+__global__ void layernorm_forward_kernel(Act* out, float* mean, float* rstd, const Act* inp,
+                                         const Act* weight, const Act* bias, int rows, int C) {
+    const int row = blockIdx.x * kNormWarps + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= rows) return;
+    const Act* x = inp + static_cast<long long>(row) * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += kWarp) sum += to_float(x[c]);
+    const float row_mean = warp_sum(sum) / C;
+    float squares = 0.0f;
+    for (int c = lane; c < C; c += kWarp) {
+        const float centered = to_float(x[c]) - row_mean;
+        squares += centered * centered;
+    }
+    const float row_rstd = rsqrtf(warp_sum(squares) / C + kLayerNormEpsilon);
+    Act* y = out + static_cast<long long>(row) * C;
+    for (int c = lane; c < C; c += kWarp)
+        y[c] = from_float<Act>((to_float(x[c]) - row_mean) * row_rstd * to_float(weight[c]) +
+                               to_float(bias[c]));
+    if (lane == 0) {
+        mean[row] = row_mean;
+        rstd[row] = row_rstd;
+    }
+}
+
+template <typename Act>
+void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
+                       const Act* bias, int rows, int C) {
+    if constexpr (std::is_same_v<Act, float>) {
+        // Module 06's contract is exactly this op in fp32.
+        ::layernorm(inp, weight, bias, out, mean, rstd, rows, C);
+    } else {
+        layernorm_forward_kernel<<<course::ceil_div(rows, kNormWarps), kNormWarps * kWarp>>>(
+            out, mean, rstd, inp, weight, bias, rows, C);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+constexpr int kNormBackwardRowsPerBlock = 32;
+
+// A warp per row for dinp; each warp sums its rows' dweight and dbias terms into its own slice
+// of shared memory, then the block adds the warps' slices in order into its partial row:
+// partials[block] holds C dweight sums then C dbias sums.
+template <typename Act>
+__global__ void layernorm_backward_kernel(Act* dinp, float* partials, const Act* dout,
+                                          const Act* inp, const Act* weight, const float* mean,
+                                          const float* rstd, int rows, int C) {
+    extern __shared__ float sums[];  // [kNormWarps][2 * C]
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    float* warp_sums = sums + static_cast<long long>(warp) * 2 * C;
+    for (int c = lane; c < 2 * C; c += kWarp) warp_sums[c] = 0.0f;
+    const int first_row = blockIdx.x * kNormBackwardRowsPerBlock;
+    const int last_row = min(first_row + kNormBackwardRowsPerBlock, rows);
+    for (int row = first_row + warp; row < last_row; row += kNormWarps) {
+        const long long offset = static_cast<long long>(row) * C;
+        const float row_mean = mean[row], row_rstd = rstd[row];
+        // xhat = (x - mean) * rstd, g = dout * weight; the two row means of the formula:
+        float g_sum = 0.0f, g_xhat_sum = 0.0f;
+        for (int c = lane; c < C; c += kWarp) {
+            const float xhat = (to_float(inp[offset + c]) - row_mean) * row_rstd;
+            const float g = to_float(dout[offset + c]) * to_float(weight[c]);
+            g_sum += g;
+            g_xhat_sum += g * xhat;
+        }
+        const float g_mean = warp_sum(g_sum) / C, g_xhat_mean = warp_sum(g_xhat_sum) / C;
+        for (int c = lane; c < C; c += kWarp) {
+            const float xhat = (to_float(inp[offset + c]) - row_mean) * row_rstd;
+            const float dy = to_float(dout[offset + c]);
+            const float g = dy * to_float(weight[c]);
+            const float dx = row_rstd * (g - g_mean - xhat * g_xhat_mean);
+            dinp[offset + c] = from_float<Act>(to_float(dinp[offset + c]) + dx);
+            warp_sums[c] += dy * xhat;
+            warp_sums[C + c] += dy;
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float total = 0.0f;
+        for (int w = 0; w < kNormWarps; ++w) total += sums[static_cast<long long>(w) * 2 * C + c];
+        partials[static_cast<long long>(blockIdx.x) * 2 * C + c] = total;
+    }
+}
+
+// dweight[c] += sum over blocks of partials[block][c], in block order (and dbias likewise).
+__global__ void add_partials_kernel(float* dweight, float* dbias, const float* partials, int blocks,
+                                    int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float weight_sum = 0.0f, bias_sum = 0.0f;
+    for (int b = 0; b < blocks; ++b) {
+        weight_sum += partials[static_cast<long long>(b) * 2 * C + c];
+        bias_sum += partials[static_cast<long long>(b) * 2 * C + C + c];
+    }
+    dweight[c] += weight_sum;
+    dbias[c] += bias_sum;
+}
+
+// Scratch that grows to the largest request and is reused (the ops run one after another on
+// the default stream).
+float* scratch_floats(long long n) {
+    static float* buffer = nullptr;
+    static long long size = 0;
+    if (n > size) {
+        if (buffer) CUDA_CHECK(cudaFree(buffer));
+        CUDA_CHECK(cudaMalloc(&buffer, n * sizeof(float)));
+        size = n;
+    }
+    return buffer;
+}
+
+template <typename Act>
+void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                        const Act* weight, const float* mean, const float* rstd, int rows, int C) {
+    const int blocks = course::ceil_div(rows, kNormBackwardRowsPerBlock);
+    float* partials = scratch_floats(static_cast<long long>(blocks) * 2 * C);
+    const std::size_t shared = static_cast<std::size_t>(kNormWarps) * 2 * C * sizeof(float);
+    static bool opted_in = false;
+    if (!opted_in) {
+        course::opt_in_shared_bytes(layernorm_backward_kernel<Act>);
+        opted_in = true;
+    }
+    layernorm_backward_kernel<<<blocks, kNormWarps * kWarp, shared>>>(dinp, partials, dout, inp,
+                                                                      weight, mean, rstd, rows, C);
+    CUDA_CHECK_LAUNCH();
+    add_partials_kernel<<<course::ceil_div(C, kElementwiseBlock), kElementwiseBlock>>>(
+        dweight, dbias, partials, blocks, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- Attention: cuBLAS products per head and a causal softmax between them ----
+
+// `count` tensors side by side per position, packed [B, T, count, NH, HS] (qkv: count 3), to one
+// [B, NH, T, HS] tensor after another in `heads` (q, k, v). A warp per row of HS elements: the
+// index arithmetic (divisions) is paid once per row, and both sides are contiguous in d.
+template <typename Act>
+__global__ void split_heads_kernel(Act* heads, const Act* packed, int count, int B, int T, int NH,
+                                   int HS) {
+    const int rows = count * B * NH * T;  // at most a few million: int is enough
+    const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (row >= rows) return;
+    // row = ((which * B + b) * NH + h) * T + t
+    const int t = row % T, h = row / T % NH, b = row / (T * NH) % B, which = row / (T * NH * B);
+    const Act* from =
+        packed + ((static_cast<long long>(b) * T + t) * count + which) * NH * HS + h * HS;
+    Act* to = heads + static_cast<long long>(row) * HS;
+    for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from[d];
+}
+
+// The inverse: heads [count][B, NH, T, HS] -> out [B, T, count, NH, HS].
+template <typename Act>
+__global__ void merge_heads_kernel(Act* out, const Act* heads, int count, int B, int T, int NH,
+                                   int HS) {
+    const int rows = count * B * NH * T;
+    const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (row >= rows) return;
+    const int t = row % T, h = row / T % NH, b = row / (T * NH) % B, which = row / (T * NH * B);
+    Act* to = out + ((static_cast<long long>(b) * T + t) * count + which) * NH * HS + h * HS;
+    const Act* from = heads + static_cast<long long>(row) * HS;
+    for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from[d];
+}
+
+constexpr int kHeadRowsPerBlock = 8;  // warps per block
+
+// Launches either kernel over `count` tensors of B * NH * T rows.
+template <typename Act>
+void rearrange_heads(void (*kernel)(Act*, const Act*, int, int, int, int, int), Act* to,
+                     const Act* from, int count, int B, int T, int NH, int HS) {
+    const int rows = count * B * NH * T;
+    kernel<<<course::ceil_div(rows, kHeadRowsPerBlock), kHeadRowsPerBlock * kWarp>>>(
+        to, from, count, B, T, NH, HS);
+    CUDA_CHECK_LAUNCH();
+}
+
+// A warp per row i of a T x T score matrix: softmax of scale * scores over keys 0..i, zeros after.
+template <typename Act>
+__global__ void causal_softmax_kernel(Act* att, const Act* preatt, long long rows, int T,
+                                      float scale) {
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= rows) return;
+    const int i = static_cast<int>(row % T);  // the query's position: keys 0..i are visible
+    const Act* scores = preatt + row * T;
+    float row_max = -FLT_MAX;
+    for (int j = lane; j <= i; j += kWarp) row_max = fmaxf(row_max, to_float(scores[j]));
+    row_max = warp_max(row_max);
+    float sum = 0.0f;
+    for (int j = lane; j <= i; j += kWarp) sum += expf((to_float(scores[j]) - row_max) * scale);
+    const float inverse = 1.0f / warp_sum(sum);
+    Act* probs = att + row * T;
+    for (int j = lane; j < T; j += kWarp)
+        probs[j] = from_float<Act>(j <= i ? expf((to_float(scores[j]) - row_max) * scale) * inverse
+                                          : 0.0f);
+}
+
+// dpreatt = scale * att * (datt - sum_k att * datt) on keys 0..i, in place over datt.
+template <typename Act>
+__global__ void causal_softmax_backward_kernel(Act* datt, const Act* att, long long rows, int T,
+                                               float scale) {
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= rows) return;
+    const int i = static_cast<int>(row % T);
+    const Act* p = att + row * T;
+    Act* dp = datt + row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= i; j += kWarp) dot += to_float(p[j]) * to_float(dp[j]);
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += kWarp)
+        dp[j] = from_float<Act>(j <= i ? scale * to_float(p[j]) * (to_float(dp[j]) - dot) : 0.0f);
+}
+
+constexpr int kSoftmaxRowsPerBlock = 8;  // warps per block
+
+// The same two kernels for bf16 rows of a multiple of 8: each lane moves 16 bytes (8 values) at a
+// time, so a warp's request is 512 contiguous bytes instead of 64. Vector v holds columns
+// 8v .. 8v + 7; the vectors up to the one holding column i are live, the rest are all zeros.
+constexpr int kVec = 8;
+using Bf16x8 = Pack<bf16, kVec>;
+
+__global__ void causal_softmax_vec_kernel(bf16* att, const bf16* preatt, long long rows, int T,
+                                          float scale) {
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= rows) return;
+    const int i = static_cast<int>(row % T);
+    const int live = i / kVec + 1;
+    const Bf16x8* scores = reinterpret_cast<const Bf16x8*>(preatt + row * T);
+    float row_max = -FLT_MAX;
+    for (int v = lane; v < live; v += kWarp) {
+        const Bf16x8 x = scores[v];
+        for (int k = 0; k < kVec && v * kVec + k <= i; ++k)
+            row_max = fmaxf(row_max, to_float(x.value[k]));
+    }
+    row_max = warp_max(row_max);
+    float sum = 0.0f;
+    for (int v = lane; v < live; v += kWarp) {
+        const Bf16x8 x = scores[v];
+        for (int k = 0; k < kVec && v * kVec + k <= i; ++k)
+            sum += expf((to_float(x.value[k]) - row_max) * scale);
+    }
+    const float inverse = 1.0f / warp_sum(sum);
+    Bf16x8* probs = reinterpret_cast<Bf16x8*>(att + row * T);
+    for (int v = lane; v < T / kVec; v += kWarp) {
+        Bf16x8 out;
+        const Bf16x8 x = v < live ? scores[v] : Bf16x8{};
+        for (int k = 0; k < kVec; ++k)
+            out.value[k] = __float2bfloat16(
+                v * kVec + k <= i ? expf((to_float(x.value[k]) - row_max) * scale) * inverse
+                                  : 0.0f);
+        probs[v] = out;
+    }
+}
+
+__global__ void causal_softmax_backward_vec_kernel(bf16* datt, const bf16* att, long long rows,
+                                                   int T, float scale) {
+    const long long row =
+        blockIdx.x * static_cast<long long>(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= rows) return;
+    const int i = static_cast<int>(row % T);
+    const int live = i / kVec + 1;
+    const Bf16x8* p = reinterpret_cast<const Bf16x8*>(att + row * T);
+    Bf16x8* dp = reinterpret_cast<Bf16x8*>(datt + row * T);
+    float dot = 0.0f;
+    for (int v = lane; v < live; v += kWarp) {
+        const Bf16x8 a = p[v], d = dp[v];
+        for (int k = 0; k < kVec; ++k)
+            dot += to_float(a.value[k]) * to_float(d.value[k]);  // p = 0 past i
+    }
+    dot = warp_sum(dot);
+    for (int v = lane; v < T / kVec; v += kWarp) {
+        Bf16x8 out;
+        const Bf16x8 a = v < live ? p[v] : Bf16x8{}, d = v < live ? dp[v] : Bf16x8{};
+        for (int k = 0; k < kVec; ++k)
+            out.value[k] = __float2bfloat16(v * kVec + k <= i ? scale * to_float(a.value[k]) *
+                                                                    (to_float(d.value[k]) - dot)
+                                                              : 0.0f);
+        dp[v] = out;
+    }
+}
+
+// Launchers: module 06's contract in fp32; in bf16 the vector kernels where rows allow them.
+template <typename Act>
+void causal_softmax(Act* att, const Act* preatt, long long rows, int T, float scale) {
+    if constexpr (std::is_same_v<Act, float>) {
+        ::softmax_causal(preatt, att, static_cast<int>(rows / T), T, scale);  // exactly this op
+    } else {
+        const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
+        if (T % kVec == 0)
+            causal_softmax_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows,
+                                                                                T, scale);
+        else
+            causal_softmax_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T,
+                                                                            scale);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+template <typename Act>
+void causal_softmax_backward(Act* datt, const Act* att, long long rows, int T, float scale) {
+    const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
+    if constexpr (std::is_same_v<Act, bf16>) {
+        if (T % kVec == 0) {
+            causal_softmax_backward_vec_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(
+                datt, att, rows, T, scale);
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
+    causal_softmax_backward_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T,
+                                                                             scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename Act>
+void attention_forward(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv, int B, int T,
+                       int C, int NH) {
+    const int HS = C / NH;
+    const long long btc = static_cast<long long>(B) * T * C;
+    Act* q = scratch;
+    Act* k = scratch + btc;
+    Act* v = scratch + 2 * btc;
+    rearrange_heads(split_heads_kernel<Act>, scratch, qkv, 3, B, T, NH, HS);
+    const int heads = B * NH;
+    const long long head_stride = static_cast<long long>(T) * HS,
+                    score_stride = static_cast<long long>(T) * T;
+    // preatt[i][j] = q_i . k_j: column-major preatt^T (T x T) = k^T... k stored (HS x T),
+    // transposed.
+    gemm<Act, Act>(preatt, k, q, nullptr, T, T, HS, true, false, HS, HS, T, 1.0f, 0.0f, heads,
+                   head_stride, head_stride, score_stride);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    causal_softmax(att, preatt, static_cast<long long>(heads) * T, T, scale);
+    // y[i][d] = sum_j att[i][j] v[j][d]: column-major y^T (HS x T) = v^T (HS x T) @ att^T (T x T),
+    // both stored as they are. y goes where q was (q is no longer needed).
+    Act* y = q;
+    gemm<Act, Act>(y, v, att, nullptr, HS, T, T, false, false, HS, T, HS, 1.0f, 0.0f, heads,
+                   head_stride, score_stride, head_stride);
+    rearrange_heads(merge_heads_kernel<Act>, out, y, 1, B, T, NH, HS);
+}
+
+template <typename Act>
+void attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
+                        const Act* att, int B, int T, int C, int NH) {
+    const int HS = C / NH;
+    const long long btc = static_cast<long long>(B) * T * C;
+    const Act* q = scratch;
+    const Act* k = scratch + btc;
+    const Act* v = scratch + 2 * btc;
+    Act* dq = scratch + 3 * btc;
+    Act* dk = scratch + 4 * btc;
+    Act* dv = scratch + 5 * btc;
+    rearrange_heads(split_heads_kernel<Act>, scratch, qkv, 3, B, T, NH, HS);
+    // dy per head goes where dq will be: dq is written last, after dy's last use.
+    Act* dy = dq;
+    rearrange_heads(split_heads_kernel<Act>, dy, dout, 1, B, T, NH, HS);
+    const int heads = B * NH;
+    const long long head_stride = static_cast<long long>(T) * HS,
+                    score_stride = static_cast<long long>(T) * T;
+    // datt[i][j] = dy_i . v_j (the same product as preatt, with dy for q and v for k)
+    gemm<Act, Act>(datt, v, dy, nullptr, T, T, HS, true, false, HS, HS, T, 1.0f, 0.0f, heads,
+                   head_stride, head_stride, score_stride);
+    // dv[j][d] = sum_i att[i][j] dy[i][d]: column-major dv^T (HS x T) = dy^T (HS x T) @ att
+    // (T x T, the transpose of att^T as stored).
+    gemm<Act, Act>(dv, dy, att, nullptr, HS, T, T, false, true, HS, T, HS, 1.0f, 0.0f, heads,
+                   head_stride, score_stride, head_stride);
+    const long long rows = static_cast<long long>(heads) * T;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    causal_softmax_backward(datt, att, rows, T, scale);
+    // dk[j][d] = sum_i dpreatt[i][j] q[i][d] (the shape of dv's product), then
+    // dq[i][d] = sum_j dpreatt[i][j] k[j][d] (the shape of y's product; overwrites dy).
+    gemm<Act, Act>(dk, q, datt, nullptr, HS, T, T, false, true, HS, T, HS, 1.0f, 0.0f, heads,
+                   head_stride, score_stride, head_stride);
+    gemm<Act, Act>(dq, k, datt, nullptr, HS, T, T, false, false, HS, T, HS, 1.0f, 0.0f, heads,
+                   head_stride, score_stride, head_stride);
+    rearrange_heads(merge_heads_kernel<Act>, dqkv, dq, 3, B, T, NH, HS);
+}
+
+// ---- GELU and the residual add ----
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+template <typename Act>
+__global__ void gelu_forward_kernel(Act* out, const Act* inp, long long n) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const float x = to_float(inp[i]);
+        out[i] =
+            from_float<Act>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x))));
+    }
+}
+
+template <typename Act>
+__global__ void gelu_backward_kernel(Act* dinp, const Act* inp, const Act* dout, long long n) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const float x = to_float(inp[i]);
+        const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+        const float th = tanhf(u);
+        const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+        const float slope = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
+        dinp[i] = from_float<Act>(slope * to_float(dout[i]));
+    }
+}
+
+template <typename Act>
+__global__ void residual_forward_kernel(Act* out, const Act* a, const Act* b, long long n) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x)
+        out[i] = from_float<Act>(to_float(a[i]) + to_float(b[i]));
+}
+
+template <typename Act>
+void gelu_forward(Act* out, const Act* inp, long long n) {
+    gelu_forward_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(out, inp, n);
+    CUDA_CHECK_LAUNCH();
+}
+template <typename Act>
+void gelu_backward(Act* dinp, const Act* inp, const Act* dout, long long n) {
+    gelu_backward_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(dinp, inp, dout, n);
+    CUDA_CHECK_LAUNCH();
+}
+template <typename Act>
+void residual_forward(Act* out, const Act* a, const Act* b, long long n) {
+    residual_forward_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(out, a, b, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- Cross-entropy, fused with its gradient ----
+
+constexpr int kCrossEntropyBlock = 512;
+
+// Sum of x over the block; every thread gets the result. `shared` holds one float per warp.
+__device__ float block_sum(float x, float* shared) {
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    x = warp_sum(x);
+    __syncthreads();  // shared may still be read from a previous call
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) total += shared[w];
+    return total;
+}
+
+// A block per row. One pass keeps each thread's running (max, sum of exp) over its columns,
+// merged across the block; a second pass writes the gradient. Each thread moves W consecutive
+// columns at a time (the padded row length Vp is a multiple of W).
+template <typename Act, int W>
+__global__ void cross_entropy_kernel(Act* logits, float* losses, const int* targets, float dloss,
+                                     int V, int Vp) {
+    __shared__ float shared[kCrossEntropyBlock / kWarp];
+    const long long row = blockIdx.x;
+    Act* x = logits + row * Vp;
+    Pack<Act, W>* packs = reinterpret_cast<Pack<Act, W>*>(x);
+    const int live = (V + W - 1) / W;  // packs holding at least one real column
+    float running_max = -FLT_MAX, running_sum = 0.0f;
+    for (int p = threadIdx.x; p < live; p += blockDim.x) {
+        const Pack<Act, W> pack = packs[p];
+        for (int k = 0; k < W && p * W + k < V; ++k) {
+            const float value = to_float(pack.value[k]);
+            if (value > running_max) {
+                running_sum *= expf(running_max - value);
+                running_max = value;
+            }
+            running_sum += expf(value - running_max);
+        }
+    }
+    // The block's max, then every thread's sum rescaled to it.
+    float row_max = running_max;
+    {
+        const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+        const float m = warp_max(row_max);
+        if (lane == 0) shared[warp] = m;
+        __syncthreads();
+        row_max = -FLT_MAX;
+        for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w)
+            row_max = fmaxf(row_max, shared[w]);
+    }
+    const float row_sum = block_sum(running_sum * expf(running_max - row_max), shared);
+    const int target = targets[row];
+    if (threadIdx.x == 0) losses[row] = row_max + logf(row_sum) - to_float(x[target]);
+    if (dloss == 0.0f) return;
+    __syncthreads();  // every thread has read x[target] before it is overwritten
+    const float inverse_sum = 1.0f / row_sum;
+    for (int p = threadIdx.x; p < Vp / W; p += blockDim.x) {
+        const Pack<Act, W> pack = packs[p];
+        Pack<Act, W> grad;
+        for (int k = 0; k < W; ++k) {
+            const int c = p * W + k;
+            float g = 0.0f;  // the padding columns get no gradient
+            if (c < V) {
+                const float probability = expf(to_float(pack.value[k]) - row_max) * inverse_sum;
+                g = (probability - (c == target ? 1.0f : 0.0f)) * dloss;
+            }
+            grad.value[k] = from_float<Act>(g);
+        }
+        packs[p] = grad;
+    }
+}
+
+template <typename Act>
+void cross_entropy(Act* logits, float* losses, const int* targets, float dloss, int rows, int V,
+                   int Vp) {
+    constexpr int kWide = 16 / sizeof(Act);  // values per 16 bytes
+    if (Vp % kWide == 0)
+        cross_entropy_kernel<Act, kWide>
+            <<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+    else
+        cross_entropy_kernel<Act, 1>
+            <<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- Optimizer ----
+
+constexpr int kSquaresBlocks = 1024;
+
+// A fixed grid, so each block sums the same elements in the same order on every call.
+__global__ void sum_of_squares_kernel(float* partials, const float* values, long long n) {
+    __shared__ float shared[kElementwiseBlock / kWarp];
+    float sum = 0.0f;
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x)
+        sum += values[i] * values[i];
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void sum_partials_kernel(float* out, const float* partials, int count) {
+    __shared__ float shared[kSquaresBlocks / kWarp];
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) *out = sum;
+}
+
+void sum_of_squares(float* out, const float* values, long long n) {
+    float* partials = scratch_floats(kSquaresBlocks);
+    sum_of_squares_kernel<<<kSquaresBlocks, kElementwiseBlock>>>(partials, values, n);
+    CUDA_CHECK_LAUNCH();
+    sum_partials_kernel<<<1, kSquaresBlocks>>>(out, partials, kSquaresBlocks);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename Act>
+__global__ void adamw_kernel(float* master, Act* working, const float* grads, float* m, float* v,
+                             long long n, float lr, float beta1, float beta2,
+                             float beta1_correction, float beta2_correction, float eps,
+                             float weight_decay, float grad_scale) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const float g = grads[i] * grad_scale;
+        const float m_i = beta1 * m[i] + (1.0f - beta1) * g;
+        const float v_i = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = m_i;
+        v[i] = v_i;
+        const float m_hat = m_i / beta1_correction, v_hat = v_i / beta2_correction;
+        // Decoupled weight decay (AdamW): the parameter shrinks by lr * wd before the step.
+        const float p = master[i] * (1.0f - lr * weight_decay) - lr * m_hat / (sqrtf(v_hat) + eps);
+        master[i] = p;
+        if (working) working[i] = from_float<Act>(p);
+    }
+}
+
+template <typename Act>
+void adamw(float* master, Act* working, const float* grads, float* m, float* v, long long n,
+           float lr, float beta1, float beta2, float beta1_correction, float beta2_correction,
+           float eps, float weight_decay, float grad_scale) {
+    adamw_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(
+        master, working, grads, m, v, n, lr, beta1, beta2, beta1_correction, beta2_correction, eps,
+        weight_decay, grad_scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename Act>
+const Ops<Act> kReference = {
+    "reference",
+    embedding_forward<Act>,
+    embedding_backward<Act>,
+    layernorm_forward<Act>,
+    layernorm_backward<Act>,
+    linear_forward<Act>,
+    linear_backward<Act>,
+    attention_forward<Act>,
+    attention_backward<Act>,
+    gelu_forward<Act>,
+    gelu_backward<Act>,
+    residual_forward<Act>,
+    cross_entropy<Act>,
+    sum_of_squares,
+    adamw<Act>,
+};
+
+// ---- The same ops, each call timed alone with CUDA events (--kernels profile) ----
+//
+// Where a step's time goes, op by op: every call is followed by a synchronization, so the step is
+// slower than with `reference`, but each op's time is its own. The table is printed at exit.
+
+const char* const kOpNames[] = {"embedding_forward", "embedding_backward",
+                                "layernorm_forward", "layernorm_backward",
+                                "linear_forward",    "linear_backward",
+                                "attention_forward", "attention_backward",
+                                "gelu_forward",      "gelu_backward",
+                                "residual_forward",  "cross_entropy",
+                                "sum_of_squares",    "adamw"};
+constexpr int kOps = sizeof kOpNames / sizeof kOpNames[0];
+
+struct OpTimes {
+    double ms[kOps] = {};
+    long calls[kOps] = {};
+    ~OpTimes() {
+        double total = 0.0;
+        for (double t : ms) total += t;
+        if (total == 0.0) return;
+        std::printf("GPU time per op (--kernels profile), %.1f ms in all:\n", total);
+        for (int i = 0; i < kOps; ++i)
+            if (calls[i])
+                std::printf("  %-20s %9.1f ms %5.1f%% %7ld calls\n", kOpNames[i], ms[i],
+                            100 * ms[i] / total, calls[i]);
+    }
+};
+OpTimes op_times;
+
+template <int Index, auto Function>
+struct Timed;
+template <int Index, typename... Args, void (*Function)(Args...)>
+struct Timed<Index, Function> {
+    static void call(Args... args) {
+        static cudaEvent_t start = nullptr, stop = nullptr;
+        if (!start) {
+            CUDA_CHECK(cudaEventCreate(&start));
+            CUDA_CHECK(cudaEventCreate(&stop));
+        }
+        CUDA_CHECK(cudaEventRecord(start));
+        Function(args...);
+        CUDA_CHECK(cudaEventRecord(stop));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        op_times.ms[Index] += ms;
+        ++op_times.calls[Index];
+    }
+};
+
+template <typename Act>
+const Ops<Act> kProfile = {
+    "profile (reference, each op timed)",
+    Timed<0, embedding_forward<Act>>::call,
+    Timed<1, embedding_backward<Act>>::call,
+    Timed<2, layernorm_forward<Act>>::call,
+    Timed<3, layernorm_backward<Act>>::call,
+    Timed<4, linear_forward<Act>>::call,
+    Timed<5, linear_backward<Act>>::call,
+    Timed<6, attention_forward<Act>>::call,
+    Timed<7, attention_backward<Act>>::call,
+    Timed<8, gelu_forward<Act>>::call,
+    Timed<9, gelu_backward<Act>>::call,
+    Timed<10, residual_forward<Act>>::call,
+    Timed<11, cross_entropy<Act>>::call,
+    Timed<12, sum_of_squares>::call,
+    Timed<13, adamw<Act>>::call,
+};
+
+}  // namespace
+
+template <typename Act>
+const Ops<Act>* ops_table(const std::string& name) {
+    if (name == "reference") return &kReference<Act>;
+    if (name == "profile") return &kProfile<Act>;
+    return nullptr;
+}
+template const Ops<float>* ops_table<float>(const std::string&);
+template const Ops<bf16>* ops_table<bf16>(const std::string&);
+
+const char* ops_table_names() { return "reference, profile"; }
+
+}  // namespace trainer

@@ -1,0 +1,167 @@
+// The GPU model against the CPU double reference on the tiny preset: the loss, the logits and
+// every parameter's gradient in the all-fp32 mode (tight) and in mixed precision (loose); the
+// gradient accumulation, AdamW's first step with clipping, and bit-for-bit repeatability.
+// Skipped without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpu_reference.h"
+#include "gpt.h"
+#include "ops.h"
+#include "test_support.h"
+
+namespace trainer {
+namespace {
+
+bool gpu_present(int min_major = 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+    cudaDeviceProp properties{};
+    cudaGetDeviceProperties(&properties, 0);
+    return properties.major >= min_major;
+}
+
+constexpr int kB = 3, kT = 29;  // T below the context and not a multiple of anything
+
+struct Reference {
+    double loss;
+    std::vector<double> logits, grads;
+};
+
+Reference cpu_reference(const std::vector<float>& params, const std::vector<int>& inputs,
+                        const std::vector<int>& targets) {
+    CpuGpt model(testing::tiny_config(), params);
+    Reference r;
+    r.loss = model.forward(inputs, targets, kB, kT);
+    r.logits = model.logits();
+    r.grads = model.backward();
+    return r;
+}
+
+// Each tensor's gradient within `tolerance` of the reference, relative to the tensor's largest.
+void expect_grads_close(const std::vector<float>& got, const std::vector<double>& want,
+                        double tolerance) {
+    const ParamLayout layout = param_layout(testing::tiny_config());
+    for (int tensor = 0; tensor < kParamTensors; ++tensor) {
+        double largest = 0.0, worst = 0.0;
+        std::size_t worst_at = 0;
+        for (std::size_t i = layout.offset[tensor]; i < layout.offset[tensor] + layout.size[tensor];
+             ++i) {
+            largest = std::max(largest, std::fabs(want[i]));
+            const double error = std::fabs(got[i] - want[i]);
+            if (error > worst) worst = error, worst_at = i - layout.offset[tensor];
+        }
+        EXPECT_LE(worst, tolerance * largest + 1e-9)
+            << param_name(tensor) << ": worst error at [" << worst_at
+            << "], tensor's largest |grad| " << largest;
+    }
+}
+
+template <typename Act>
+void check_against_cpu(double loss_tolerance, double logit_tolerance, double grad_tolerance) {
+    const GptConfig config = testing::tiny_config();
+    const std::vector<float> params = testing::noisy_params(config, 11);
+    std::vector<int> inputs, targets;
+    testing::tokens(kB * kT, 13, &inputs, &targets);
+    const Reference want = cpu_reference(params, inputs, targets);
+
+    Gpt<Act> model(config, *ops_table<Act>("reference"), kB, kT);
+    model.set_params(params);
+    EXPECT_NEAR(model.loss(inputs.data(), targets.data(), kB, kT), want.loss, loss_tolerance);
+    const std::vector<float> logits = model.logits(kB, kT);
+    double worst = 0.0;
+    for (int row = 0; row < kB * kT; ++row)
+        for (int v = 0; v < config.vocab_size; ++v) {
+            const std::size_t i = static_cast<std::size_t>(row) * config.padded_vocab_size + v;
+            worst = std::max(worst, std::fabs(logits[i] - want.logits[i]));
+        }
+    EXPECT_LE(worst, logit_tolerance) << "largest logit error";
+    model.zero_grads();
+    const float loss =
+        model.forward_backward(inputs.data(), targets.data(), kB, kT, 1.0f / (kB * kT));
+    EXPECT_NEAR(loss, want.loss, loss_tolerance);
+    expect_grads_close(model.grads(), want.grads, grad_tolerance);
+}
+
+TEST(GpuModel, Fp32MatchesCpuReference) {
+    if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU";
+    check_against_cpu<float>(1e-5, 1e-4, 1e-4);
+}
+
+TEST(GpuModel, Bf16MatchesCpuReferenceLoosely) {
+    if (!gpu_present(8)) GTEST_SKIP() << "bf16 needs a GPU of compute capability 8.0 or newer";
+    check_against_cpu<bf16>(2e-2, 5e-2, 6e-2);
+}
+
+TEST(GpuModel, AccumulatedMicroBatchesEqualOneBatch) {
+    if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU";
+    const GptConfig config = testing::tiny_config();
+    const std::vector<float> params = testing::noisy_params(config, 17);
+    std::vector<int> inputs, targets;
+    testing::tokens(2 * kT, 19, &inputs, &targets);
+    Gpt<float> model(config, *ops_table<float>("reference"), 2, kT);
+    model.set_params(params);
+    model.zero_grads();
+    model.forward_backward(inputs.data(), targets.data(), 2, kT, 1.0f / (2 * kT));
+    const std::vector<float> whole = model.grads();
+    model.zero_grads();
+    for (int half = 0; half < 2; ++half)
+        model.forward_backward(inputs.data() + half * kT, targets.data() + half * kT, 1, kT,
+                               1.0f / (2 * kT));
+    const std::vector<float> accumulated = model.grads();
+    for (std::size_t i = 0; i < whole.size(); ++i)
+        ASSERT_NEAR(accumulated[i], whole[i], 1e-6 + 1e-4 * std::fabs(whole[i]))
+            << "parameter " << i;
+}
+
+TEST(GpuModel, FirstAdamWStepWithClipping) {
+    if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU";
+    const GptConfig config = testing::tiny_config();
+    const std::vector<float> params = testing::noisy_params(config, 23);
+    std::vector<int> inputs, targets;
+    testing::tokens(kB * kT, 29, &inputs, &targets);
+    Gpt<float> model(config, *ops_table<float>("reference"), kB, kT);
+    model.set_params(params);
+    model.zero_grads();
+    model.forward_backward(inputs.data(), targets.data(), kB, kT, 1.0f / (kB * kT));
+    const std::vector<float> grads = model.grads();
+    double squared = 0.0;
+    for (float g : grads) squared += static_cast<double>(g) * g;
+    const double norm = std::sqrt(squared),
+                 max_norm = 0.5 * norm;  // clipping halves every gradient
+    const float lr = 1e-3f, eps = 1e-8f, wd = 0.1f;
+    const float reported = model.update(lr, 0.9f, 0.95f, eps, wd, static_cast<float>(max_norm), 1);
+    EXPECT_NEAR(reported, norm, 1e-4 * norm);
+    const std::vector<float> updated = model.params();
+    const ParamLayout layout = param_layout(config);
+    for (int tensor = 0; tensor < kParamTensors; ++tensor)
+        for (std::size_t i = layout.offset[tensor]; i < layout.offset[tensor] + layout.size[tensor];
+             ++i) {
+            // Step 1: m_hat = g, v_hat = g^2, so the step is g / (|g| + eps) of the clipped g.
+            const double g = 0.5 * grads[i];
+            const double decay = is_decayed(tensor) ? wd : 0.0;
+            const double want = params[i] * (1.0 - lr * decay) - lr * g / (std::fabs(g) + eps);
+            ASSERT_NEAR(updated[i], want, 1e-6) << param_name(tensor) << " element " << i;
+        }
+}
+
+TEST(GpuModel, RepeatsBitForBit) {
+    if (!gpu_present(8)) GTEST_SKIP() << "bf16 needs a GPU of compute capability 8.0 or newer";
+    const GptConfig config = testing::tiny_config();
+    std::vector<int> inputs, targets;
+    testing::tokens(kB * kT, 31, &inputs, &targets);
+    std::vector<float> runs[2];
+    for (auto& grads : runs) {
+        Gpt<bf16> model(config, *ops_table<bf16>("reference"), kB, kT);
+        model.set_params(testing::noisy_params(config, 37));
+        model.zero_grads();
+        model.forward_backward(inputs.data(), targets.data(), kB, kT, 1.0f / (kB * kT));
+        grads = model.grads();
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+}
+
+}  // namespace
+}  // namespace trainer

@@ -1,0 +1,88 @@
+"""train_gpt's command line: every bad input is one line on stderr with a non-zero exit, checked
+before the GPU is needed (so these run in CI); prepare_data.py's files."""
+import subprocess
+
+import numpy as np
+import pytest
+
+
+def fails(train_gpt, *args):
+    result = subprocess.run([train_gpt, *map(str, args)], capture_output=True, text=True, errors="replace", timeout=60)
+    assert result.returncode != 0, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return result.returncode, lines[0]
+
+
+def test_prepared_files_are_llmc_formats(byte_data):
+    header = np.fromfile(byte_data / "train_000.bin", dtype=np.int32, count=3)
+    assert header[0] == 20240520 and header[1] == 1
+    tokens = np.fromfile(byte_data / "train_000.bin", dtype=np.uint16, offset=1024)
+    assert len(tokens) == header[2] and tokens[0] == 256  # a document starts with end-of-text
+    tokenizer = np.fromfile(byte_data / "tokenizer.bin", dtype=np.uint32, count=4)
+    assert list(tokenizer) == [20240328, 2, 257, 256]
+
+
+def test_unknown_option(train_gpt):
+    code, line = fails(train_gpt, "--bogus", "1")
+    assert code == 2 and "unknown option --bogus" in line
+
+
+def test_missing_shards(train_gpt, byte_data, tmp_path):
+    code, line = fails(train_gpt, "--tokenizer", byte_data / "tokenizer.bin", "--train", tmp_path / "x_*.bin")
+    assert code == 1 and "no data shard matches" in line
+
+
+def test_corrupt_shard(train_gpt, byte_data, tmp_path):
+    (tmp_path / "bad.bin").write_bytes(b"not tokens" * 200)
+    code, line = fails(train_gpt, "--data", byte_data, "--train", tmp_path / "bad.bin")
+    assert "not a token shard" in line
+
+
+def test_context_longer_than_the_model(train_gpt, byte_data):
+    code, line = fails(train_gpt, "--data", byte_data, "-m", "tiny", "-t", 65)
+    assert code == 2 and "longer than the model's context (64)" in line
+
+
+def checkpoint(path, layers, channels, heads, context, vocab, truncate=0):
+    padded = (vocab + 127) // 128 * 128
+    count = (padded + context) * channels + layers * (12 * channels * channels + 13 * channels) + 2 * channels
+    header = np.zeros(64, dtype=np.int32)
+    header[:8] = (0x47505431, 1, layers, channels, heads, context, vocab, padded)
+    path.write_bytes(header.tobytes() + np.zeros(3 * count - truncate, dtype=np.float32).tobytes())
+
+
+def test_checkpoint_of_another_model(train_gpt, byte_data, tmp_path):
+    checkpoint(tmp_path / "other.ckpt", 2, 64, 4, 64, 300)
+    code, line = fails(train_gpt, "--data", byte_data, "-m", "tiny", "--resume", tmp_path / "other.ckpt")
+    assert "the checkpoint is a model of L=2 C=64 NH=4 T=64 V=300, this run builds" in line
+
+
+def test_truncated_checkpoint(train_gpt, byte_data, tmp_path):
+    checkpoint(tmp_path / "cut.ckpt", 2, 64, 4, 64, 257, truncate=5)
+    code, line = fails(train_gpt, "--data", byte_data, "--resume", tmp_path / "cut.ckpt")
+    assert "truncated checkpoint" in line
+
+
+def test_without_a_gpu_says_so(train_gpt, byte_data):
+    result = subprocess.run([train_gpt, "--data", str(byte_data), "--steps", "1"], capture_output=True, text=True, errors="replace", timeout=120)
+    if result.returncode == 0:
+        pytest.skip("a GPU is present")
+    assert result.stderr.strip() == "train_gpt: error: no CUDA GPU is visible: the trainer needs one"
+
+
+def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_path):
+    """40 steps straight, and 20 steps resumed from the checkpoint of step 20: the same losses,
+    bit for bit (weights, optimizer state and data position all come back)."""
+    common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "0",
+              "--sample-length", "8"]
+    straight = subprocess.run([train_gpt, *common, "--checkpoint-every", "20", "--out", str(tmp_path / "a")],
+                              capture_output=True, text=True, errors="replace", timeout=300)
+    if "no CUDA GPU" in straight.stderr:
+        pytest.skip("no CUDA GPU")
+    assert straight.returncode == 0, straight.stderr
+    resumed = subprocess.run([train_gpt, *common, "--resume", str(tmp_path / "a/model_step20.ckpt"),
+                              "--out", str(tmp_path / "b")], capture_output=True, text=True, errors="replace", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    losses = lambda run: [line.split(",")[:2] for line in (tmp_path / run / "loss.csv").read_text().splitlines()[1:]]
+    assert losses("b") == losses("a")[20:]

@@ -1,0 +1,46 @@
+// Shared by the trainer's tests: the tiny model with a small vocabulary, its weights (GPT-2's
+// initialization plus noise, so that no gradient is zero or symmetric by accident) and a batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gpt.h"
+
+namespace trainer::testing {
+
+constexpr int kVocab = 67;  // padded to 128: the padding columns are exercised too
+
+inline GptConfig tiny_config() {
+    GptConfig config;
+    gpt_preset("tiny", kVocab, &config);
+    return config;
+}
+
+inline std::vector<float> noisy_params(const GptConfig& config, std::uint64_t seed) {
+    std::vector<float> params = initial_params(config, seed);
+    std::uint64_t state = seed * 2654435761u + 1;
+    const ParamLayout layout = param_layout(config);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        if (i < layout.offset[kTokenEmbedding] + layout.size[kTokenEmbedding] &&
+            i >= static_cast<std::size_t>(config.vocab_size) * config.channels)
+            continue;  // wte's padding rows stay 0
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        params[i] += 0.05f * (static_cast<float>(state >> 40) / 16777216.0f - 0.5f);
+    }
+    return params;
+}
+
+inline void tokens(int count, std::uint64_t seed, std::vector<int>* inputs,
+                   std::vector<int>* targets) {
+    inputs->resize(count);
+    targets->resize(count);
+    std::uint64_t state = seed;
+    for (int i = 0; i < count; ++i) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        (*inputs)[i] = static_cast<int>((state >> 33) % kVocab);
+        (*targets)[i] = static_cast<int>((state >> 13) % kVocab);
+    }
+}
+
+}  // namespace trainer::testing

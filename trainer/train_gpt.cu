@@ -1,0 +1,608 @@
+// trainer/train_gpt: the course's GPT trainer. Trains a GPT-2-style model on token shards, with
+// validation, checkpoints, a loss curve and samples, and generates text from a checkpoint.
+//
+// Teaches: the loop around a model. Gradient accumulation over micro-batches, the learning-rate
+// schedule (linear warmup, then cosine decay), clipping by the global gradient norm, AdamW,
+// checkpoints that resume exactly where they stopped, and how throughput is reported (tokens per
+// second, and MFU: the model's FLOPs per second as a share of what the GPU can do).
+//
+// Read it top to bottom: options, the learning rate, checkpoints, sampling, then main().
+//
+// Run:  python3 trainer/prepare_data.py                      (once: data/shakespeare/)
+//       build/trainer/bin/train_gpt -m tiny --steps 200       (seconds)
+//       build/trainer/bin/train_gpt --help
+// More: trainer/README.md
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "course/check.h"
+#include "data.h"
+#include "gpt.h"
+
+namespace trainer {
+namespace {
+
+// ---- Options ----
+
+struct Options {
+    std::string data = "data/shakespeare";  // DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin
+    std::string train, val, tokenizer;      // each overrides its part of --data
+    std::string model = "tiny";
+    std::string dtype;  // bf16 (default where the GPU has it) or fp32
+    std::string kernels = "reference";
+    int batch = 4, seq_len = 0, grad_accum = 1;  // seq_len 0: the model's context
+    int steps = 100, warmup = -1;                // warmup -1: a tenth of the steps
+    float lr = 6e-4f, min_lr_fraction = 0.1f, weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f;
+    float eps = 1e-8f, clip = 1.0f;
+    unsigned long long seed = 1337;
+    int val_every = 50, val_batches = 10;
+    int checkpoint_every = 0, sample_every = 0, sample_length = 128;
+    float temperature = 1.0f;
+    int top_k = 40;
+    std::string out = "out";
+    bool save = true;
+    std::string resume;
+    bool generate = false;
+    std::string dump_step0;
+    double peak_tflops = 0.0;  // 0: from the GPU's name
+};
+
+const char* kUsage = R"(usage: train_gpt [options]
+Trains a GPT-2-style model on token shards (make them with trainer/prepare_data.py), or samples
+from a checkpoint with --generate.
+
+data
+  --data DIR            DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin   [data/shakespeare]
+  --train GLOB --val GLOB --tokenizer FILE   override one part of --data (llm.c's shards work)
+model
+  -m, --model NAME      tiny, small, gpt2-124m                              [tiny]
+  --dtype bf16|fp32     mixed precision (fp32 master weights) or all-fp32   [bf16; fp32 before sm_80]
+  --kernels NAME        the table of ops (trainer/ops.h)                    [reference]
+batch
+  -b N                  sequences per micro-batch                           [4]
+  -t N                  tokens per sequence                                 [the model's context]
+  --grad-accum N        micro-batches per step                              [1]
+optimization
+  --steps N             optimizer steps                                     [100]
+  --lr X                peak learning rate                                  [6e-4]
+  --warmup N            steps of linear warmup                              [steps / 10]
+  --min-lr-fraction X   the cosine ends at X * lr                           [0.1]
+  --weight-decay X      AdamW's decoupled decay, matrices only              [0.1]
+  --beta1 X --beta2 X --eps X                                               [0.9 0.95 1e-8]
+  --clip X              clip the gradient's global norm (0: never)          [1.0]
+  --seed N              initial weights and sampling                        [1337]
+evaluation and output
+  --val-every N         validation loss every N steps (0: never)            [50]
+  --val-batches N       micro-batches of validation                         [10]
+  --out DIR             loss.csv and model.ckpt go here                     [out]
+  --checkpoint-every N  also save model_step<N>.ckpt every N steps          [0: at the end only]
+  --no-checkpoint       save no checkpoint (timing runs)
+  --resume FILE         continue from a checkpoint (same model)
+  --sample-every N      print a sample every N steps (0: at the end only)   [0]
+  --sample-length N --temperature X --top-k N                               [128 1.0 40]
+  --generate            only sample from --resume's model
+  --dump-step0 DIR      write step 0's weights, batch, logits, loss and gradients (the PyTorch check)
+  --peak-tflops X       the GPU's dense bf16 peak, for MFU                  [from the GPU's name]
+)";
+
+[[noreturn]] void usage_error(const std::string& message) {
+    throw std::invalid_argument(message + " (train_gpt --help lists the options)");
+}
+
+Options parse_options(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "-h" || flag == "--help") {
+            std::fputs(kUsage, stdout);
+            std::exit(0);
+        }
+        if (flag == "--generate") {
+            o.generate = true;
+            continue;
+        }
+        if (flag == "--no-checkpoint") {
+            o.save = false;
+            continue;
+        }
+        if (i + 1 >= argc) usage_error(flag + " needs a value");
+        const std::string value = argv[++i];
+        auto number = [&](auto* target) {
+            try {
+                std::size_t used = 0;
+                const double parsed = std::stod(value, &used);
+                if (used != value.size()) throw std::invalid_argument(value);
+                using T = std::remove_pointer_t<decltype(target)>;
+                if (std::is_integral_v<T> && (parsed != std::floor(parsed) || parsed < 0))
+                    throw std::invalid_argument(value);
+                *target = static_cast<T>(parsed);
+            } catch (const std::logic_error&) {
+                usage_error(flag + " takes a number, not '" + value + "'");
+            }
+        };
+        if (flag == "--data")
+            o.data = value;
+        else if (flag == "--train")
+            o.train = value;
+        else if (flag == "--val")
+            o.val = value;
+        else if (flag == "--tokenizer")
+            o.tokenizer = value;
+        else if (flag == "-m" || flag == "--model")
+            o.model = value;
+        else if (flag == "--dtype")
+            o.dtype = value;
+        else if (flag == "--kernels")
+            o.kernels = value;
+        else if (flag == "-b")
+            number(&o.batch);
+        else if (flag == "-t")
+            number(&o.seq_len);
+        else if (flag == "--grad-accum")
+            number(&o.grad_accum);
+        else if (flag == "--steps")
+            number(&o.steps);
+        else if (flag == "--lr")
+            number(&o.lr);
+        else if (flag == "--warmup")
+            number(&o.warmup);
+        else if (flag == "--min-lr-fraction")
+            number(&o.min_lr_fraction);
+        else if (flag == "--weight-decay")
+            number(&o.weight_decay);
+        else if (flag == "--beta1")
+            number(&o.beta1);
+        else if (flag == "--beta2")
+            number(&o.beta2);
+        else if (flag == "--eps")
+            number(&o.eps);
+        else if (flag == "--clip")
+            number(&o.clip);
+        else if (flag == "--seed")
+            number(&o.seed);
+        else if (flag == "--val-every")
+            number(&o.val_every);
+        else if (flag == "--val-batches")
+            number(&o.val_batches);
+        else if (flag == "--out")
+            o.out = value;
+        else if (flag == "--checkpoint-every")
+            number(&o.checkpoint_every);
+        else if (flag == "--resume")
+            o.resume = value;
+        else if (flag == "--sample-every")
+            number(&o.sample_every);
+        else if (flag == "--sample-length")
+            number(&o.sample_length);
+        else if (flag == "--temperature")
+            number(&o.temperature);
+        else if (flag == "--top-k")
+            number(&o.top_k);
+        else if (flag == "--dump-step0")
+            o.dump_step0 = value;
+        else if (flag == "--peak-tflops")
+            number(&o.peak_tflops);
+        else
+            usage_error("unknown option " + flag);
+    }
+    if (o.train.empty()) o.train = o.data + "/train_*.bin";
+    if (o.val.empty()) o.val = o.data + "/val_*.bin";
+    if (o.tokenizer.empty()) o.tokenizer = o.data + "/tokenizer.bin";
+    if (o.batch < 1 || o.grad_accum < 1) usage_error("-b and --grad-accum must be at least 1");
+    if (o.warmup < 0) o.warmup = o.steps / 10;
+    if (o.temperature <= 0.0f) usage_error("--temperature must be above 0");
+    return o;
+}
+
+// ---- The learning rate: linear warmup to lr, then a cosine down to min_lr_fraction * lr ----
+
+float learning_rate(const Options& o, int step) {
+    if (step < o.warmup) return o.lr * (step + 1) / o.warmup;
+    const float min_lr = o.lr * o.min_lr_fraction;
+    const int decay_steps = std::max(1, o.steps - o.warmup);
+    const double progress = std::min(1.0, static_cast<double>(step - o.warmup) / decay_steps);
+    return static_cast<float>(min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+// ---- Checkpoints: the model's shape, where training stands, weights and optimizer state ----
+
+constexpr std::int32_t kCheckpointMagic = 0x47505431;  // "GPT1"
+constexpr int kCheckpointHeaderInts = 64;
+
+struct Checkpoint {
+    GptConfig config;
+    int step = 0;                       // optimizer steps done
+    std::size_t shard = 0, offset = 0;  // where the training data continues
+    std::vector<float> params, m, v;
+};
+
+std::string describe(const GptConfig& c) {
+    return "L=" + std::to_string(c.layers) + " C=" + std::to_string(c.channels) +
+           " NH=" + std::to_string(c.heads) + " T=" + std::to_string(c.max_seq_len) +
+           " V=" + std::to_string(c.vocab_size);
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+    std::int32_t header[kCheckpointHeaderInts] = {};
+    const GptConfig& c = checkpoint.config;
+    const std::int32_t fields[] = {kCheckpointMagic,
+                                   1,
+                                   c.layers,
+                                   c.channels,
+                                   c.heads,
+                                   c.max_seq_len,
+                                   c.vocab_size,
+                                   c.padded_vocab_size,
+                                   checkpoint.step,
+                                   static_cast<std::int32_t>(checkpoint.shard),
+                                   static_cast<std::int32_t>(checkpoint.offset >> 31),
+                                   static_cast<std::int32_t>(checkpoint.offset & 0x7fffffff)};
+    std::copy(std::begin(fields), std::end(fields), header);
+    // Written beside the target, then renamed over it: a crash leaves the old checkpoint whole.
+    const std::string temporary = path + ".partial";
+    {
+        std::ofstream file(temporary, std::ios::binary);
+        file.write(reinterpret_cast<const char*>(header), sizeof header);
+        for (const auto* part : {&checkpoint.params, &checkpoint.m, &checkpoint.v})
+            file.write(reinterpret_cast<const char*>(part->data()), part->size() * sizeof(float));
+        if (!file) throw std::runtime_error(temporary + ": cannot write the checkpoint");
+    }
+    std::filesystem::rename(temporary, path);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+    std::ifstream file(path, std::ios::binary | std::ios::ate);
+    if (!file) throw std::runtime_error(path + ": cannot open the checkpoint");
+    const std::streamoff bytes = file.tellg();
+    file.seekg(0);
+    std::int32_t header[kCheckpointHeaderInts] = {};
+    if (!file.read(reinterpret_cast<char*>(header), sizeof header) || header[0] != kCheckpointMagic)
+        throw std::runtime_error(path + ": not a train_gpt checkpoint");
+    Checkpoint checkpoint;
+    checkpoint.config = {header[2], header[3], header[4], header[5], header[6], header[7]};
+    checkpoint.step = header[8];
+    checkpoint.shard = static_cast<std::size_t>(header[9]);
+    checkpoint.offset =
+        (static_cast<std::size_t>(header[10]) << 31) | static_cast<std::size_t>(header[11]);
+    const std::size_t count = param_layout(checkpoint.config).total;
+    if (bytes != static_cast<std::streamoff>(sizeof header + 3 * count * sizeof(float)))
+        throw std::runtime_error(path + ": truncated checkpoint (" + std::to_string(bytes) +
+                                 " bytes for a model of " + describe(checkpoint.config) + ")");
+    for (auto* part : {&checkpoint.params, &checkpoint.m, &checkpoint.v}) {
+        part->resize(count);
+        file.read(reinterpret_cast<char*>(part->data()), count * sizeof(float));
+    }
+    return checkpoint;
+}
+
+// ---- Sampling ----
+
+// Draws the next token from the logits: divided by the temperature, cut to the top_k largest
+// (0: all), softmax, then one draw.
+int sample_token(std::vector<float> logits, float temperature, int top_k, std::mt19937_64& random) {
+    std::vector<int> order(logits.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    const int keep = (top_k > 0 && top_k < static_cast<int>(order.size()))
+                         ? top_k
+                         : static_cast<int>(order.size());
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                      [&](int a, int b) { return logits[a] > logits[b]; });
+    const float largest = logits[order[0]];
+    std::vector<double> weights(keep);
+    double total = 0.0;
+    for (int i = 0; i < keep; ++i)
+        total += weights[i] = std::exp((logits[order[i]] - largest) / temperature);
+    double u = (random() >> 11) * (1.0 / 9007199254740992.0) * total;
+    for (int i = 0; i < keep; ++i) {
+        if ((u -= weights[i]) <= 0.0) return order[i];
+    }
+    return order[keep - 1];
+}
+
+// Text generated after the end-of-text token, the context sliding once it is full.
+template <typename Act>
+std::string generate(Gpt<Act>& model, const Tokenizer& tokenizer, const Options& o, int context) {
+    std::mt19937_64 random(o.seed);
+    std::vector<int> tokens = {tokenizer.end_of_text()};
+    std::string text;
+    for (int i = 0; i < o.sample_length; ++i) {
+        const int start = std::max(0, static_cast<int>(tokens.size()) - context);
+        const int t = static_cast<int>(tokens.size()) - start;
+        const int next = sample_token(model.next_token_logits(tokens.data() + start, t),
+                                      o.temperature, o.top_k, random);
+        tokens.push_back(next);
+        text += tokenizer.decode(next);
+    }
+    return text;
+}
+
+// ---- Throughput ----
+
+// Dense bf16 tensor-core peaks (TFLOP/s) by GPU name, for MFU; 0 where unknown.
+double peak_tflops_of(const std::string& name) {
+    struct Peak {
+        const char* name;
+        double tflops;
+    };
+    static const Peak peaks[] = {{"H100", 989.4},    {"H200", 989.4}, {"H800", 989.4},
+                                 {"A100", 312.0},    {"A800", 312.0}, {"L40S", 362.1},
+                                 {"L4", 121.0},      {"A10", 125.0},  {"RTX 4090", 165.2},
+                                 {"RTX 3090", 71.0}, {"T4", 65.0}};
+    for (const Peak& peak : peaks)
+        if (name.find(peak.name) != std::string::npos) return peak.tflops;
+    return 0.0;
+}
+
+std::string duration(double seconds) {
+    const long s = std::lround(seconds);
+    char text[32];
+    std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    return text;
+}
+
+// ---- Dumping step 0 for the PyTorch check (trainer/torch_check.py reads these files) ----
+
+template <typename T>
+void write_array(const std::string& path, const std::vector<T>& values) {
+    std::ofstream file(path, std::ios::binary);
+    file.write(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+    if (!file) throw std::runtime_error(path + ": cannot write");
+}
+
+template <typename Act>
+void dump_step0(Gpt<Act>& model, TokenLoader& loader, const Options& o, int T) {
+    std::filesystem::create_directories(o.dump_step0);
+    std::vector<int> inputs, targets;
+    loader.next_batch(&inputs, &targets);
+    loader.rewind();  // training starts from the same batch
+    const std::string dir = o.dump_step0 + "/";
+    write_array(dir + "params.bin", model.params());
+    write_array(dir + "inputs.bin", inputs);
+    write_array(dir + "targets.bin", targets);
+    const float loss = model.loss(inputs.data(), targets.data(), o.batch, T);
+    write_array(dir + "logits.bin", model.logits(o.batch, T));
+    model.zero_grads();
+    model.forward_backward(inputs.data(), targets.data(), o.batch, T, 1.0f / (o.batch * T));
+    write_array(dir + "grads.bin", model.grads());
+    model.zero_grads();
+    const GptConfig& c = model.config();
+    std::ofstream meta(dir + "meta.txt");
+    meta.precision(9);  // the loss is compared to 1e-4 and better
+    meta << "layers " << c.layers << "\nchannels " << c.channels << "\nheads " << c.heads
+         << "\nmax_seq_len " << c.max_seq_len << "\nvocab_size " << c.vocab_size
+         << "\npadded_vocab_size " << c.padded_vocab_size << "\nB " << o.batch << "\nT " << T
+         << "\nloss " << loss << "\n";
+    std::printf("step 0 dumped to %s (loss %.6f)\n", o.dump_step0.c_str(), loss);
+}
+
+// ---- Training ----
+
+template <typename Act>
+int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, TokenLoader* train,
+        TokenLoader* val, const Checkpoint* resumed, int T, const std::string& gpu_name) {
+    const Ops<Act>* ops = ops_table<Act>(o.kernels);
+    if (!ops)
+        throw std::invalid_argument("--kernels " + o.kernels +
+                                    ": no such table of ops (this build has: " + ops_table_names() +
+                                    ")");
+    if (o.generate) {
+        Gpt<Act> model(config, *ops, 1, config.max_seq_len);
+        model.set_params(resumed->params);
+        std::printf("%s\n", generate(model, tokenizer, o, config.max_seq_len).c_str());
+        return 0;
+    }
+    Gpt<Act> model(config, *ops, o.batch, T);
+    if (resumed) {
+        model.set_params(resumed->params);
+        model.set_optimizer_state(resumed->m, resumed->v);
+        train->seek(resumed->shard, resumed->offset);
+    } else {
+        model.set_params(initial_params(config, o.seed));
+    }
+    if (!o.dump_step0.empty()) dump_step0(model, *train, o, T);
+
+    const long long tokens_per_step = static_cast<long long>(o.batch) * T * o.grad_accum;
+    const double flops_per_step = flops_per_token(config, T) * tokens_per_step;
+    const double peak = o.peak_tflops > 0 ? o.peak_tflops : peak_tflops_of(gpu_name);
+    std::printf("model %s (%s), %.1fM parameters, %s, kernels: %s\n", o.model.c_str(),
+                describe(config).c_str(), param_layout(config).total / 1e6,
+                std::is_same_v<Act, float> ? "fp32" : "bf16 with fp32 master weights", ops->name);
+    std::printf(
+        "batch %d x %d tokens x %d micro-batches = %lld tokens per step, %d steps; GPU %s, "
+        "%.2f GiB allocated\n",
+        o.batch, T, o.grad_accum, tokens_per_step, o.steps, gpu_name.c_str(),
+        model.device_bytes() / 1073741824.0);
+
+    std::filesystem::create_directories(o.out);
+    const std::string csv_path = o.out + "/loss.csv";
+    const bool append = resumed && std::filesystem::exists(csv_path);
+    std::ofstream csv(csv_path, append ? std::ios::app : std::ios::trunc);
+    if (!csv) throw std::runtime_error(csv_path + ": cannot write the loss curve");
+    if (!append) csv << "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+
+    auto validation_loss = [&]() {
+        val->rewind();
+        std::vector<int> inputs, targets;
+        double sum = 0.0;
+        for (int i = 0; i < o.val_batches; ++i) {
+            val->next_batch(&inputs, &targets);
+            sum += model.loss(inputs.data(), targets.data(), o.batch, T);
+        }
+        return static_cast<float>(sum / o.val_batches);
+    };
+    auto save = [&](int step, const std::string& name) {
+        Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
+                              {},     {}};
+        model.optimizer_state(&checkpoint.m, &checkpoint.v);
+        save_checkpoint(o.out + "/" + name, checkpoint);
+    };
+
+    std::vector<int> inputs, targets;
+    double timed_seconds = 0.0;
+    int timed_steps = 0;
+    std::size_t peak_used = 0;
+    for (int step = resumed ? resumed->step : 0; step < o.steps; ++step) {
+        float val_loss = NAN;
+        if (val && step % o.val_every == 0) {
+            val_loss = validation_loss();
+            std::printf("step %5d | val loss %.4f\n", step, val_loss);
+        }
+        if (o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
+            std::printf("--- sample at step %d ---\n%s\n---\n", step,
+                        generate(model, tokenizer, o, T).c_str());
+        if (o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0)
+            save(step, "model_step" + std::to_string(step) + ".ckpt");
+
+        const auto start = std::chrono::steady_clock::now();
+        model.zero_grads();
+        double loss = 0.0;
+        for (int micro = 0; micro < o.grad_accum; ++micro) {
+            train->next_batch(&inputs, &targets);
+            loss += model.forward_backward(inputs.data(), targets.data(), o.batch, T,
+                                           1.0f / tokens_per_step) /
+                    o.grad_accum;
+        }
+        const float lr = learning_rate(o, step);
+        const float norm =
+            model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip, step + 1);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (!std::isfinite(loss))
+            throw std::runtime_error("the loss is " + std::to_string(loss) + " at step " +
+                                     std::to_string(step) + ": lower the learning rate (--lr)");
+        if (step == (resumed ? resumed->step : 0)) {
+            std::size_t free_bytes = 0, total_bytes = 0;
+            CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+            peak_used = total_bytes - free_bytes;
+        } else {  // the first step pays for cuBLAS's plans and allocations
+            timed_seconds += seconds;
+            ++timed_steps;
+        }
+        const double tokens_per_s = tokens_per_step / seconds;
+        const double mfu = peak > 0 && !std::is_same_v<Act, float>
+                               ? flops_per_step / seconds / (peak * 1e12)
+                               : NAN;
+        const double mean_step = timed_steps ? timed_seconds / timed_steps : seconds;
+        char mfu_text[16] = "-";
+        if (std::isfinite(mfu)) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mfu);
+        std::printf(
+            "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | "
+            "left %s\n",
+            step + 1, o.steps, loss, lr, norm, 1e3 * seconds, tokens_per_s, mfu_text,
+            duration(mean_step * (o.steps - step - 1)).c_str());
+        std::fflush(stdout);
+        csv << step + 1 << ',' << loss << ','
+            << (std::isnan(val_loss) ? "" : std::to_string(val_loss)) << ',' << lr << ',' << norm
+            << ',' << 1e3 * seconds << ',' << tokens_per_s << '\n';
+    }
+    if (val) {
+        const float val_loss = validation_loss();
+        std::printf("step %5d | val loss %.4f\n", o.steps, val_loss);
+        csv << o.steps << ",," << val_loss << ",,,,\n";
+    }
+    if (o.save) save(o.steps, "model.ckpt");
+    if (timed_steps > 0) {
+        const double tokens_per_s = tokens_per_step * timed_steps / timed_seconds;
+        std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,
+                    1e3 * timed_seconds / timed_steps, tokens_per_s);
+        if (peak > 0 && !std::is_same_v<Act, float>)
+            std::printf(", MFU %.1f%% of %.0f TFLOP/s",
+                        100 * flops_per_token(config, T) * tokens_per_s / (peak * 1e12), peak);
+        std::printf("; GPU memory in use after the first step: %.2f GiB\n",
+                    peak_used / 1073741824.0);
+    }
+    if (o.save) std::printf("checkpoint: %s/model.ckpt\n", o.out.c_str());
+    std::printf("loss curve: %s\n", csv_path.c_str());
+    if (o.sample_length > 0)
+        std::printf("--- sample ---\n%s\n---\n", generate(model, tokenizer, o, T).c_str());
+    return 0;
+}
+
+// Everything that can be checked without a GPU is checked first: options, tokenizer, shards,
+// the checkpoint's shape.
+int main_checked(int argc, char** argv) {
+    const Options o = parse_options(argc, argv);
+    std::unique_ptr<Checkpoint> resumed;
+    if (!o.resume.empty())
+        resumed = std::make_unique<Checkpoint>(load_checkpoint(o.resume));
+    else if (o.generate)
+        usage_error("--generate samples from a checkpoint: give it with --resume");
+    const Tokenizer tokenizer(o.tokenizer);
+
+    GptConfig config;
+    if (o.generate) {
+        config = resumed->config;  // the checkpoint says what model it is
+    } else {
+        if (!gpt_preset(o.model, tokenizer.vocab_size(), &config))
+            usage_error("--model " + o.model + ": no such preset (" + gpt_preset_names() + ")");
+        if (resumed && std::memcmp(&resumed->config, &config, sizeof config) != 0)
+            throw std::runtime_error(o.resume + ": the checkpoint is a model of " +
+                                     describe(resumed->config) + ", this run builds " +
+                                     describe(config) + " (another --model or tokenizer?)");
+    }
+    if (tokenizer.vocab_size() != config.vocab_size)
+        throw std::runtime_error(o.tokenizer + ": a vocabulary of " +
+                                 std::to_string(tokenizer.vocab_size()) + ", the model has " +
+                                 std::to_string(config.vocab_size));
+    const int T = o.seq_len > 0 ? o.seq_len : config.max_seq_len;
+    if (T > config.max_seq_len)
+        usage_error("-t " + std::to_string(T) + " is longer than the model's context (" +
+                    std::to_string(config.max_seq_len) + ")");
+    std::unique_ptr<TokenLoader> train, val;
+    if (!o.generate) {
+        train = std::make_unique<TokenLoader>(o.train, config.vocab_size, o.batch, T);
+        if (o.val_every > 0)
+            val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
+    }
+
+    int device_count = 0;
+    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
+        throw std::runtime_error("no CUDA GPU is visible: the trainer needs one");
+    cudaDeviceProp properties{};
+    CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+    const bool has_bf16 = properties.major >= 8;
+    const std::string dtype = o.dtype.empty() ? (has_bf16 ? "bf16" : "fp32") : o.dtype;
+    if (dtype == "bf16") {
+        if (!has_bf16)
+            throw std::runtime_error(std::string(properties.name) +
+                                     " has no bf16 tensor cores (compute capability 8.0 or newer): "
+                                     "use --dtype fp32");
+        return run<bf16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                         properties.name);
+    }
+    if (dtype == "fp32")
+        return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                          properties.name);
+    usage_error("--dtype " + dtype + ": bf16 or fp32");
+}
+
+}  // namespace
+}  // namespace trainer
+
+// Every error ends here as one line (and exit status 2 for a bad command line, 1 otherwise).
+int main(int argc, char** argv) {
+    try {
+        return trainer::main_checked(argc, argv);
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "train_gpt: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "train_gpt: error: %s\n", e.what());
+        return 1;
+    }
+}
