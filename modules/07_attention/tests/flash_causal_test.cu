@@ -43,6 +43,12 @@ TEST_F(FlashCausal, LargeScores) {
 }
 
 TEST_F(FlashCausal, NoScoresBuffer) {
+    if (course::exact_allocations()) {
+        // Under compute-sanitizer (exact allocations) one head of T ~ 146k would take minutes.
+        const std::string reason = "a head of T ~ 146k is too slow under compute-sanitizer";
+        RecordProperty("skip_reason", reason);
+        GTEST_SKIP() << reason;
+    }
     auto rng = test_rng();
     no_scores_buffer(kFlash, true, rng);
 }
