@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "course/exercise.h"
+#include "course/gemm_layout.h"
 #include "flash_backward.h"
 #include "tensor_core.h"
 
@@ -28,6 +29,9 @@ __global__ void flash_backward_kernel(const __nv_bfloat16* Q, const __nv_bfloat1
                                       float* dV, int T, float scale, bool causal) {
     // TODO: this block's 64 keys: K and V tiles in shared memory; Q and dO tiles of 32 queries,
     //       double-buffered with cp.async; dK and dV accumulators in registers.
+    // TODO: lanes' ldmatrix addresses: course::ldmatrix_a_source(lane) for an A (plain) or a
+    //       k-major B (.trans), course::ldmatrix_b_source(lane) for an n-major B (plain) or the
+    //       transposed dS^T tile read as A (.trans).
     // TODO: per query tile: P^T = exp2(S^T * scale * log2e - L * log2e), dP^T = V dO^T,
     //       dS^T = P^T (dP^T - D); dV += P^T dO; dK += dS^T Q.
     // TODO: dS^T to shared memory, __syncthreads(), dQ = dS K for a quarter of D per warp,

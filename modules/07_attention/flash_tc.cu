@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "course/exercise.h"
+#include "course/gemm_layout.h"
 #include "flash_tc.h"
 #include "tensor_core.h"
 
@@ -27,6 +28,8 @@ __global__ void flash_tc_kernel(const __nv_bfloat16* Q, const __nv_bfloat16* K,
     // TODO: loop over K/V tiles: issue the next tile into the other buffer, commit,
     //       tc::cp_async_wait<1>() (or <0> on the last), __syncthreads(); on the first tile load
     //       this warp's Q fragments with tc::ldmatrix_x4.
+    // TODO: lanes' ldmatrix addresses: course::ldmatrix_a_source(lane) for Q (plain) and V
+    //       (.trans), course::ldmatrix_b_source(lane) for K (plain).
     // TODO: S = Q K^T with tc::mma_bf16 (K fragments: plain ldmatrix), mask, online softmax on
     //       the accumulators (exp2f, scale folded in), rescale o, O += P V (P from the S
     //       accumulators packed with tc::pack_bf16; V fragments: ldmatrix .trans);

@@ -12,6 +12,10 @@
 //   C (16 x 8, float):      c[0], c[1] = (row g, cols 2t, 2t+1)  c[2], c[3] = (row g + 8, same
 //   cols)
 // Each 32-bit register of A and B holds two bf16, the lower column (or k) in the low half.
+// course/gemm_layout.h has the same tables as functions (mma_*_element), and the lanes' row
+// addresses for ldmatrix: ldmatrix_a_source (A, and with .trans a B stored k-major: V, dO, Q, K
+// in the products that reduce over keys or queries) and ldmatrix_b_source (B stored n-major: K
+// in Q K^T, and with .trans an A stored transposed: dS^T).
 // bf16 tensor cores and cp.async need sm_80: below it these compile to a trap, and the checkers
 // skip (their exercises have min_sm = 80).
 #pragma once
@@ -19,6 +23,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+
+#include "course/gemm_layout.h"
 
 namespace tc {
 
@@ -81,14 +87,14 @@ __device__ __forceinline__ void cp_async_wait() {
 
 #undef TC_SM80
 
-// The XOR swizzle of a shared tile of rows of `kRowElems` bf16 (64 or 128: 128 or 256 bytes):
-// 16-byte chunk c of row r is stored at chunk c ^ (r % 8). The 8 rows one ldmatrix reads at the
-// same logical chunk then sit in 8 different chunks, i.e. 8 different groups of 4 banks: no bank
-// conflict, where the plain layout puts all 8 in the same banks. Returns the element offset.
+// The XOR swizzle of module 05 (course::swizzle_128b) on shared tiles of rows of `kRowElems`
+// bf16 (64 or 128: 128 or 256 bytes): 16-byte chunk c of row r is stored at chunk c ^ (r % 8).
+// The 8 rows one ldmatrix reads at the same logical chunk then sit in 8 different chunks, i.e. 8
+// different groups of 4 banks: no bank conflict, where the plain layout puts all 8 in the same
+// banks. (Rows of 256 bytes: the XOR permutes each half's 8 chunks.) Returns the element offset.
 template <int kRowElems>
 __device__ __forceinline__ int swizzled(int row, int col) {
-    const int chunk = (col / 8) ^ (row % 8);
-    return row * kRowElems + chunk * 8 + col % 8;
+    return row * kRowElems + course::swizzle_128b(row, col / 8) * 8 + col % 8;
 }
 
 }  // namespace tc

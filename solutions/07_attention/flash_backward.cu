@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "course/exercise.h"
+#include "course/gemm_layout.h"
 #include "flash_backward.h"
 #include "tensor_core.h"
 
@@ -57,18 +58,18 @@ __device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row
 template <int kD>
 __device__ void rows_times_rows(float (&acc)[kBlockM / 8][4], const __nv_bfloat16* a_tile,
                                 const __nv_bfloat16* b_tile, int warp, int lane) {
+    const course::Coord a_src = course::ldmatrix_a_source(lane);
+    const course::Coord b_src = course::ldmatrix_b_source(lane);
 #pragma unroll
     for (int n = 0; n < kBlockM / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
         std::uint32_t a[4];
-        tc::ldmatrix_x4(
-            a, a_tile + tc::swizzled<kD>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+        tc::ldmatrix_x4(a, a_tile + tc::swizzled<kD>(warp * 16 + a_src.row, kk * 16 + a_src.col));
 #pragma unroll
         for (int p = 0; p < kBlockM / 16; ++p) {
             std::uint32_t b[4];
-            tc::ldmatrix_x4(b, b_tile + tc::swizzled<kD>(p * 16 + (lane / 16) * 8 + lane % 8,
-                                                         kk * 16 + ((lane / 8) % 2) * 8));
+            tc::ldmatrix_x4(b, b_tile + tc::swizzled<kD>(p * 16 + b_src.row, kk * 16 + b_src.col));
             tc::mma_bf16(acc[2 * p], a, b[0], b[1]);
             tc::mma_bf16(acc[2 * p + 1], a, b[2], b[3]);
         }
@@ -81,6 +82,7 @@ __device__ void rows_times_rows(float (&acc)[kBlockM / 8][4], const __nv_bfloat1
 template <int kD>
 __device__ void regs_times_tile(float (&acc)[kD / 8][4], const float (&a)[kBlockM / 8][4],
                                 const __nv_bfloat16* x_tile, int lane) {
+    const course::Coord a_src = course::ldmatrix_a_source(lane);  // a k-major B, with .trans
 #pragma unroll
     for (int j = 0; j < kBlockM / 16; ++j) {
         const std::uint32_t frag[4] = {tc::pack_bf16(a[2 * j][0], a[2 * j][1]),
@@ -91,8 +93,7 @@ __device__ void regs_times_tile(float (&acc)[kD / 8][4], const float (&a)[kBlock
         for (int p = 0; p < kD / 16; ++p) {
             std::uint32_t b[4];
             tc::ldmatrix_x4<true>(
-                b, x_tile + tc::swizzled<kD>(j * 16 + ((lane / 8) % 2) * 8 + lane % 8,
-                                             p * 16 + (lane / 16) * 8));
+                b, x_tile + tc::swizzled<kD>(j * 16 + a_src.row, p * 16 + a_src.col));
             tc::mma_bf16(acc[2 * p], frag, b[0], b[1]);
             tc::mma_bf16(acc[2 * p + 1], frag, b[2], b[3]);
         }
@@ -123,6 +124,8 @@ __global__ void __launch_bounds__(kThreads)
     delta += head * T;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int key_row0 = n0 + warp * 16;  // this warp's 16 keys
+    const course::Coord a_src = course::ldmatrix_a_source(lane);
+    const course::Coord b_src = course::ldmatrix_b_source(lane);
     const float scale_log2 = scale * kLog2e;
 
     // Queries that see these keys: all, or (causal) those at or after the first key.
@@ -188,7 +191,8 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
 
         // dQ (32 queries x kD / 4 of d per warp) = dS K: A = dS, stored transposed (key-major):
-        // ldmatrix .trans; B = K stored [key][d], k-major: .trans too.
+        // ldmatrix .trans with the lanes of an n-major B (the matrices then come out in A's
+        // order); B = K stored [key][d], k-major: .trans with A's lanes.
         constexpr int kSliceTiles = kD / 4 / 8;  // n tiles of 8 d per warp
         float dq[kBlockM / 16][kSliceTiles][4] = {};
 #pragma unroll
@@ -196,15 +200,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int m = 0; m < kBlockM / 16; ++m) {
                 std::uint32_t a[4];
-                tc::ldmatrix_x4<true>(a, ds_tile +
-                                             (kk * 16 + (lane / 16) * 8 + lane % 8) * kDsStride +
-                                             m * 16 + ((lane / 8) % 2) * 8);
+                tc::ldmatrix_x4<true>(
+                    a, ds_tile + (kk * 16 + b_src.row) * kDsStride + m * 16 + b_src.col);
 #pragma unroll
                 for (int p2 = 0; p2 < kSliceTiles / 2; ++p2) {
                     std::uint32_t b[4];
                     tc::ldmatrix_x4<true>(
-                        b, k_tile + tc::swizzled<kD>(kk * 16 + ((lane / 8) % 2) * 8 + lane % 8,
-                                                     warp * (kD / 4) + p2 * 16 + (lane / 16) * 8));
+                        b, k_tile + tc::swizzled<kD>(kk * 16 + a_src.row,
+                                                     warp * (kD / 4) + p2 * 16 + a_src.col));
                     tc::mma_bf16(dq[m][2 * p2], a, b[0], b[1]);
                     tc::mma_bf16(dq[m][2 * p2 + 1], a, b[2], b[3]);
                 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "course/exercise.h"
+#include "course/gemm_layout.h"
 #include "flash_tc.h"
 #include "tensor_core.h"
 
@@ -58,6 +59,10 @@ __global__ void __launch_bounds__(kThreads)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // the fragment's row group and column pair
     const int row0 = q0 + warp * 16;       // this warp's 16 query rows
+    // The row and column (within a 16 x 16 block) this lane points ldmatrix at: A's pattern
+    // (also a k-major B read with .trans: V), and an n-major B's (K).
+    const course::Coord a_src = course::ldmatrix_a_source(lane);
+    const course::Coord b_src = course::ldmatrix_b_source(lane);
 
     // Key tiles to visit: all of them, or (causal) up to the one holding this block's last query.
     const int key_tiles =
@@ -93,8 +98,8 @@ __global__ void __launch_bounds__(kThreads)
             // lanes 16-31 at the same rows, columns 8-15 (registers = a[0..3], see tensor_core.h).
 #pragma unroll
             for (int kk = 0; kk < kD / 16; ++kk)
-                tc::ldmatrix_x4(q_frag[kk], q_tile + tc::swizzled<kD>(warp * 16 + lane % 16,
-                                                                      kk * 16 + (lane / 16) * 8));
+                tc::ldmatrix_x4(q_frag[kk], q_tile + tc::swizzled<kD>(warp * 16 + a_src.row,
+                                                                      kk * 16 + a_src.col));
         }
         const __nv_bfloat16* k_tile = k_tiles + stage * kBlockN * kD;
         const __nv_bfloat16* v_tile = v_tiles + stage * kBlockN * kD;
@@ -109,8 +114,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int p = 0; p < kBlockN / 16; ++p) {
                 std::uint32_t b[4];
-                tc::ldmatrix_x4(b, k_tile + tc::swizzled<kD>(p * 16 + (lane / 16) * 8 + lane % 8,
-                                                             kk * 16 + ((lane / 8) % 2) * 8));
+                tc::ldmatrix_x4(b,
+                                k_tile + tc::swizzled<kD>(p * 16 + b_src.row, kk * 16 + b_src.col));
                 tc::mma_bf16(s[2 * p], q_frag[kk], b[0], b[1]);
                 tc::mma_bf16(s[2 * p + 1], q_frag[kk], b[2], b[3]);
             }
@@ -178,8 +183,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int p = 0; p < kD / 16; ++p) {
                 std::uint32_t b[4];
                 tc::ldmatrix_x4<true>(
-                    b, v_tile + tc::swizzled<kD>(j * 16 + ((lane / 8) % 2) * 8 + lane % 8,
-                                                 p * 16 + (lane / 16) * 8));
+                    b, v_tile + tc::swizzled<kD>(j * 16 + a_src.row, p * 16 + a_src.col));
                 tc::mma_bf16(o[2 * p], p_frag, b[0], b[1]);
                 tc::mma_bf16(o[2 * p + 1], p_frag, b[2], b[3]);
             }
