@@ -551,4 +551,49 @@ inline std::size_t scores_bytes(const Case& c) {
     return c.shape.heads_total() * c.shape.T * c.shape.T * sizeof(float);
 }
 
+// ---- The float32 exercises ----
+
+// flash_forward and flash_causal share one signature.
+using FlashF32 = void (*)(const float* Q, const float* K, const float* V, float* O, float* L,
+                          int batch, int heads, int T, int D, float scale, bool causal);
+
+inline ForwardRun<float> flash_f32_run(FlashF32 flash) {
+    return [flash](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
+        const auto& s = c.shape;
+        flash(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
+              static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
+              c.causal);
+    };
+}
+
+// cuBLAS's materialized float32 attention (it writes no L).
+inline void cublas_f32(const course::DeviceBuffer<float>& Q, const course::DeviceBuffer<float>& K,
+                       const course::DeviceBuffer<float>& V, course::DeviceBuffer<float>& O,
+                       course::DeviceBuffer<float>&, const Case& c) {
+    const auto& s = c.shape;
+    course::baseline::cublas_attention_f32(Q.data(), K.data(), V.data(), O.data(),
+                                           static_cast<int>(s.batch), static_cast<int>(s.heads),
+                                           static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
+                                           c.causal);
+}
+
+// The timed case of a float32 flash exercise: B 4, H 16, T 4096 against cuBLAS.
+inline void rate_f32(const ForwardRun<float>& run, std::size_t D, bool causal, course::Rng& rng) {
+    const Case c = timed_case(D, causal);
+    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
+    time_forward<float>(run, cublas_f32, "cublas_attention_f32", c, rng);
+}
+
 }  // namespace attention_checks
+
+// Skips the running test under exact allocations (compute-sanitizer): for a case that would
+// take minutes there.
+#define ATTENTION_SKIP_UNDER_SANITIZER(why)                                   \
+    do {                                                                      \
+        if (::course::exact_allocations()) {                                  \
+            const std::string attention_reason =                              \
+                std::string(why) + ": too slow under compute-sanitizer";      \
+            ::testing::Test::RecordProperty("skip_reason", attention_reason); \
+            GTEST_SKIP() << attention_reason;                                 \
+        }                                                                     \
+    } while (0)

@@ -49,17 +49,9 @@ TEST_F(AttentionNaive, Rate) {
                                         auto& L, const Case& cc) {
         run_naive(Q, K, V, O, L, cc, scores.data());
     };
-    const BaselineRun<float> cublas = [](const auto& Q, const auto& K, const auto& V, auto& O,
-                                         auto&, const Case& cc) {
-        const auto& s = cc.shape;
-        course::baseline::cublas_attention_f32(Q.data(), K.data(), V.data(), O.data(),
-                                               static_cast<int>(s.batch), static_cast<int>(s.heads),
-                                               static_cast<int>(s.T), static_cast<int>(s.D),
-                                               cc.scale(), cc.causal);
-    };
     std::printf("[attention_naive] the scores of B 4 H 16 T 4096: %.1f GB of device memory\n",
                 scores_bytes(c) / 1e9);
-    time_forward<float>(naive, cublas, "cublas_attention_f32", c, rng);
+    time_forward<float>(naive, cublas_f32, "cublas_attention_f32", c, rng);
 }
 
 }  // namespace

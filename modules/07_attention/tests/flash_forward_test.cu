@@ -13,22 +13,7 @@ using namespace attention_checks;
 
 class FlashForward : public course::GpuTest {};
 
-const ForwardRun<float> kFlash = [](const auto& Q, const auto& K, const auto& V, auto& O, auto& L,
-                                    const Case& c) {
-    const auto& s = c.shape;
-    flash_forward(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
-                  static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
-                  c.scale(), c.causal);
-};
-
-const BaselineRun<float> kCublas = [](const auto& Q, const auto& K, const auto& V, auto& O, auto&,
-                                      const Case& c) {
-    const auto& s = c.shape;
-    course::baseline::cublas_attention_f32(Q.data(), K.data(), V.data(), O.data(),
-                                           static_cast<int>(s.batch), static_cast<int>(s.heads),
-                                           static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
-                                           c.causal);
-};
+const ForwardRun<float> kFlash = flash_f32_run(flash_forward);
 
 TEST_F(FlashForward, EdgeShapes) {
     auto rng = test_rng();
@@ -41,30 +26,19 @@ TEST_F(FlashForward, LargeScores) {
 }
 
 TEST_F(FlashForward, NoScoresBuffer) {
-    if (course::exact_allocations()) {
-        // Under compute-sanitizer (exact allocations) one head of T ~ 146k would take minutes.
-        const std::string reason = "a head of T ~ 146k is too slow under compute-sanitizer";
-        RecordProperty("skip_reason", reason);
-        GTEST_SKIP() << reason;
-    }
+    ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 146k");
     auto rng = test_rng();
     no_scores_buffer(kFlash, false, rng);
 }
 
-void rate(std::size_t D, bool causal, course::Rng& rng) {
-    const Case c = timed_case(D, causal);
-    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
-    time_forward<float>(kFlash, kCublas, "cublas_attention_f32", c, rng);
-}
-
 TEST_F(FlashForward, RateD64) {
     auto rng = test_rng();
-    rate(64, false, rng);
+    rate_f32(kFlash, 64, false, rng);
 }
 
 TEST_F(FlashForward, RateD128) {
     auto rng = test_rng();
-    rate(128, false, rng);
+    rate_f32(kFlash, 128, false, rng);
 }
 
 }  // namespace
