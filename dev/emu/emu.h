@@ -1,8 +1,10 @@
-// A CPU stand-in for the CUDA device features that the module-06 kernels use (dev/README.md).
-// Each GPU thread is a fiber with its own stack. The emulator runs one cluster of blocks at a
-// time, and its fibers take turns (a ready queue) where a GPU thread waits for others:
+// A CPU stand-in for the CUDA device features that the kernels of modules 06 and 07 use
+// (dev/README.md). Each GPU thread is a fiber with its own stack. The emulator runs one cluster of
+// blocks at a time, and its fibers take turns (a ready queue) where a GPU thread waits for others:
 //  - block barriers;
-//  - warp shuffles, through per-warp slots between two warp barriers;
+//  - warp shuffles, through per-warp slots between two warp barriers, and __syncwarp;
+//  - warp-wide instructions (mma.sync, ldmatrix: modules/), which the last lane to arrive
+//    carries out for the whole warp;
 //  - the split cluster barrier.
 // Each block has its own shared-memory arena. Distributed shared memory is the same offset in
 // another block's arena. Timing is not modelled.
@@ -42,9 +44,11 @@ struct Dim3 {
     Dim3() = default;
     Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
+struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
@@ -177,6 +181,32 @@ T shuffle(unsigned mask, T value, unsigned source) {
     std::memcpy(&out, &w.slots[source % 32], sizeof(T));
     wait_at(w.barrier, w.live);  // every lane has read before the slots are reused
     return out;
+}
+
+// __syncwarp: the warp's barrier, for all 32 lanes.
+inline void sync_warp(unsigned mask) {
+    Warp& w = *current->warp;
+    if (mask != 0xffffffffu || w.live != 32) fail("a __syncwarp without all 32 lanes");
+    wait_at(w.barrier, w.live);
+}
+
+// A warp-wide instruction (mma.sync, ldmatrix): every lane posts a pointer to its `Operands`
+// (inputs, and room for its results), and the last lane to arrive calls `execute` with the 32
+// lanes' pointers, in lane order, before any lane runs on: it reads every lane's inputs and writes
+// every lane's results. One pass through the warp barrier, where a shuffle per element would take
+// one per value moved.
+template <class Operands, class Execute>
+void warp_instruction(Operands& mine, Execute execute) {
+    Warp& w = *current->warp;
+    if (w.live != 32) fail("a warp-wide instruction without all 32 lanes");
+    Operands* own = &mine;
+    std::memcpy(&w.slots[current->lane], &own, sizeof own);
+    if (++w.barrier.count != w.live) return park(w.barrier);
+    Operands* lanes[32];
+    for (unsigned lane = 0; lane < 32; ++lane)
+        std::memcpy(&lanes[lane], &w.slots[lane], sizeof lanes[lane]);
+    execute(lanes);
+    open(w.barrier);
 }
 
 template <class T, int kId>
@@ -391,6 +421,7 @@ Launch<Params...> launch_sequential(void (*kernel)(Params...), G grid, B block,
 }  // namespace emu
 
 inline void __syncthreads() { emu::wait_at(emu::current->home->barrier, emu::current->home->live); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::sync_warp(mask); }
 template <class T> T __shfl_sync(unsigned m, T v, int src) { return emu::shuffle(m, v, src); }
 template <class T> T __shfl_up_sync(unsigned m, T v, unsigned delta) {
     const unsigned lane = emu::current->lane;
