@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "course/baselines.h"
+#include "course/launch.h"
 #include "course/reference/attention.h"
 #include "course/reference/attention_gpu.h"
 #include "course/testing.h"
@@ -387,15 +388,29 @@ void check_forward(const ForwardRun<Elem>& run, const Case& c, course::Rng& rng)
     EXPECT_TRUE(race.empty()) << race;
 }
 
-// The grid: T around the tile sizes and one long T, D 64 and 128, causal and not, B and
-// H not 1; then scores large enough that exp overflows without the row maximum.
+// The grid: T around the tile sizes (a single key, partial last tiles) and up to 1000,
+// D 64 and 128, causal and not, B and H not 1; against the double CPU reference.
+inline constexpr std::size_t kEdgeLengths[] = {1, 17, 63, 64, 65, 1000};
+// The long sequence, against the float32 GPU reference (a test of its own: it skips on the CPU
+// emulator).
+inline constexpr std::size_t kLongLength = 4096;
+
 template <class Elem>
 void edge_shapes(const ForwardRun<Elem>& run, course::Rng& rng) {
     for (std::size_t D : {64, 128})
-        for (std::size_t T : {1, 17, 63, 64, 65, 1000, 4096})
+        for (std::size_t T : kEdgeLengths)
             for (bool causal : {false, true})
                 check_forward<Elem>(run, Case{{2, 2, T, D}, causal}, rng);
 }
+
+template <class Elem>
+void long_sequence(const ForwardRun<Elem>& run, course::Rng& rng) {
+    for (std::size_t D : {64, 128})
+        for (bool causal : {false, true})
+            check_forward<Elem>(run, Case{{2, 2, kLongLength, D}, causal}, rng);
+}
+
+// Then scores large enough that exp overflows without the row maximum.
 
 template <class Elem>
 void large_scores(const ForwardRun<Elem>& run, course::Rng& rng) {
@@ -476,19 +491,13 @@ inline Case timed_case(std::size_t D, bool causal) { return Case{{4, 16, 4096, D
 
 // ---- Tensor-core exercises: what this build's device code can run ----
 
-__global__ void build_probe_kernel(int* arch) {
-#if defined(__CUDA_ARCH__)
-    *arch = __CUDA_ARCH__ / 10;
-#endif
-}
+// A kernel of this build, whose device code is compiled for the build's architecture.
+__global__ void build_probe_kernel() {}
 
 // Why a tensor-core exercise cannot run here although the GPU can (the tree was built for an
 // older architecture, whose code traps), or nothing.
 inline std::optional<std::string> build_skip_reason(int min_sm) {
-    course::DeviceBuffer<int> arch("arch", 1);
-    build_probe_kernel<<<1, 1>>>(arch.data());
-    CUDA_CHECK_LAUNCH();
-    const int built = arch.download()[0];
+    const int built = course::compiled_arch(build_probe_kernel);
     if (built >= min_sm) return std::nullopt;
     return "needs device code for sm_" + std::to_string(min_sm) +
            " or newer (bf16 tensor cores, cp.async): this build is for sm_" +

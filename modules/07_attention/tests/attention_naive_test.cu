@@ -34,6 +34,12 @@ TEST_F(AttentionNaive, EdgeShapes) {
     edge_shapes<float>(kNaive, rng);
 }
 
+TEST_F(AttentionNaive, LongSequence) {
+    COURSE_SKIP_ON_EMULATOR("T = 4096");
+    auto rng = test_rng();
+    long_sequence<float>(kNaive, rng);
+}
+
 TEST_F(AttentionNaive, LargeScores) {
     auto rng = test_rng();
     large_scores<float>(kNaive, rng);

@@ -22,6 +22,12 @@ TEST_F(FlashCausal, EdgeShapes) {
     edge_shapes<float>(kFlash, rng);
 }
 
+TEST_F(FlashCausal, LongSequence) {
+    COURSE_SKIP_ON_EMULATOR("T = 4096");
+    auto rng = test_rng();
+    long_sequence<float>(kFlash, rng);
+}
+
 TEST_F(FlashCausal, LargeScores) {
     auto rng = test_rng();
     large_scores<float>(kFlash, rng);
@@ -29,6 +35,7 @@ TEST_F(FlashCausal, LargeScores) {
 
 TEST_F(FlashCausal, NoScoresBuffer) {
     ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 146k");
+    COURSE_SKIP_ON_EMULATOR("one head whose T x T scores would not fit in memory");
     auto rng = test_rng();
     no_scores_buffer(kFlash, true, rng);
 }

@@ -20,6 +20,12 @@ TEST_F(FlashForward, EdgeShapes) {
     edge_shapes<float>(kFlash, rng);
 }
 
+TEST_F(FlashForward, LongSequence) {
+    COURSE_SKIP_ON_EMULATOR("T = 4096");
+    auto rng = test_rng();
+    long_sequence<float>(kFlash, rng);
+}
+
 TEST_F(FlashForward, LargeScores) {
     auto rng = test_rng();
     large_scores<float>(kFlash, rng);
@@ -27,6 +33,7 @@ TEST_F(FlashForward, LargeScores) {
 
 TEST_F(FlashForward, NoScoresBuffer) {
     ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 146k");
+    COURSE_SKIP_ON_EMULATOR("one head whose T x T scores would not fit in memory");
     auto rng = test_rng();
     no_scores_buffer(kFlash, false, rng);
 }

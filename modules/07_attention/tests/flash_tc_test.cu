@@ -37,6 +37,12 @@ TEST_F(FlashTc, EdgeShapes) {
     edge_shapes<std::uint16_t>(kFlashTc, rng);
 }
 
+TEST_F(FlashTc, LongSequence) {
+    COURSE_SKIP_ON_EMULATOR("T = 4096");
+    auto rng = test_rng();
+    long_sequence<std::uint16_t>(kFlashTc, rng);
+}
+
 TEST_F(FlashTc, LargeScores) {
     auto rng = test_rng();
     large_scores<std::uint16_t>(kFlashTc, rng);
