@@ -115,11 +115,17 @@ struct Cluster {
     unsigned phase = 0;
     unsigned live = 0;
 };
+// A fiber's stack. The first thread on it enters it through makecontext/setcontext; when a
+// thread returns, the stack waits at `idle`, and the next thread given this stack (in this
+// cluster, a later one or a later launch) starts there with a _longjmp. Every switch is then a
+// _setjmp/_longjmp, which (unlike the ucontext calls) makes no system call for the signal mask.
+struct Stack {
+    char* base = nullptr;
+    bool entered = false;
+    jmp_buf idle;
+};
 struct Fiber {
-    // A thread enters its own stack once through makecontext/setcontext; after that, switches
-    // use _setjmp/_longjmp, which (unlike the ucontext calls) make no system call for the
-    // signal mask.
-    ucontext_t context;
+    Stack* stack = nullptr;
     jmp_buf where;
     bool started = false;
     Dim3 thread, block;
@@ -249,17 +255,20 @@ inline void cluster_wait() {
     if (current_cluster->phase == current->arrived_in_phase) park(current_cluster->barrier);
 }
 
+// The bottom of every stack: runs a thread, then waits for the next one.
 [[noreturn]] inline void trampoline() {
-    body();
-    Fiber& f = *current;
-    Cluster& c = *current_cluster;
-    --f.warp->live;
-    --f.home->live;
-    --c.live;
-    open_if_complete(f.warp->barrier, f.warp->live);
-    open_if_complete(f.home->barrier, f.home->live);
-    end_phase_if_complete(c);
-    _longjmp(scheduler_where, 1);  // this thread's stack is never entered again
+    for (;;) {
+        body();
+        Fiber& f = *current;
+        Cluster& c = *current_cluster;
+        --f.warp->live;
+        --f.home->live;
+        --c.live;
+        open_if_complete(f.warp->barrier, f.warp->live);
+        open_if_complete(f.home->barrier, f.home->live);
+        end_phase_if_complete(c);
+        if (_setjmp(f.stack->idle) == 0) _longjmp(scheduler_where, 1);
+    }
 }
 
 // A fault in a kernel leaves the launch through fault_exit, with its error.
@@ -317,8 +326,19 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
         current = nullptr;
         sequential = false;
     };
+    const unsigned threads = cluster_size * block_threads;
+    // One stack per thread of a cluster, reused by every cluster and every launch (after a fault
+    // its threads are abandoned wherever they were: each stack is entered afresh).
+    static std::unique_ptr<char[]> stack_memory;
+    static std::vector<Stack> stacks;
+    if (!one_by_one && stacks.size() < threads) {
+        stack_memory.reset(new char[threads * kStackBytes]);
+        stacks.assign(threads, Stack{});
+        for (unsigned i = 0; i < threads; ++i) stacks[i].base = stack_memory.get() + i * kStackBytes;
+    }
     catch_faults();
     if (sigsetjmp(fault_exit, 1) != 0) {  // a thread faulted: the launch ends here
+        for (Stack& stack : stacks) stack.entered = false;
         end_launch();
         return;
     }
@@ -327,14 +347,6 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
     ::blockDim = block;
     body = kernel_call;
     sequential = one_by_one;
-    const unsigned threads = cluster_size * block_threads;
-    // One stack per thread of a cluster, reused by every cluster and every launch.
-    static std::unique_ptr<char[]> stacks;
-    static std::size_t stacks_bytes = 0;
-    if (!one_by_one && stacks_bytes < threads * kStackBytes) {
-        stacks_bytes = threads * kStackBytes;
-        stacks.reset(new char[stacks_bytes]);
-    }
     std::vector<std::unique_ptr<unsigned char[]>> arenas(cluster_size);
     for (auto& arena : arenas) arena.reset(new unsigned char[kStaticShared + dynamic]);
     std::vector<Fiber> fibers(threads);
@@ -367,11 +379,7 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
                 body();
                 continue;
             }
-            getcontext(&f.context);
-            f.context.uc_stack.ss_sp = stacks.get() + std::size_t(i) * kStackBytes;
-            f.context.uc_stack.ss_size = kStackBytes;
-            f.context.uc_link = nullptr;  // trampoline never returns
-            makecontext(&f.context, reinterpret_cast<void (*)()>(trampoline), 0);
+            f.stack = &stacks[i];
             ready.push_back(&f);
         }
         while (!ready.empty()) {
@@ -381,7 +389,16 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
             if (_setjmp(scheduler_where) != 0) continue;  // the thread parked or returned
             if (!f->started) {
                 f->started = true;
-                setcontext(&f->context);  // enters trampoline; comes back by _longjmp
+                Stack& stack = *f->stack;
+                if (stack.entered) _longjmp(stack.idle, 1);  // a thread's first switch
+                stack.entered = true;
+                ucontext_t context;
+                getcontext(&context);
+                context.uc_stack.ss_sp = stack.base;
+                context.uc_stack.ss_size = kStackBytes;
+                context.uc_link = nullptr;  // trampoline never returns
+                makecontext(&context, reinterpret_cast<void (*)()>(trampoline), 0);
+                setcontext(&context);  // enters trampoline; comes back by _longjmp
             }
             _longjmp(f->where, 1);
         }
