@@ -107,9 +107,16 @@ void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bi
 // The entry point course/baselines.h looks up by name (kTableSymbol).
 extern "C" const course::baseline::Table* course_baselines_table() {
     namespace library = course::baseline::library;
-    static const course::baseline::Table table{
-        library::device_copy,        library::cublas_sgemm,      library::cub_reduce_sum,
-        library::cub_inclusive_scan, library::cub_histogram_256, library::cudnn_available,
-        library::cudnn_softmax,      library::cublas_gemm_bf16};
+    static const course::baseline::Table table{library::device_copy,
+                                               library::cublas_sgemm,
+                                               library::cub_reduce_sum,
+                                               library::cub_inclusive_scan,
+                                               library::cub_histogram_256,
+                                               library::cudnn_available,
+                                               library::cudnn_softmax,
+                                               library::cublas_gemm_bf16,
+                                               library::cublas_attention_f32,
+                                               library::cublas_attention_bf16,
+                                               library::cublas_attention_backward_bf16};
     return &table;
 }

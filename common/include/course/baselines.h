@@ -111,5 +111,32 @@ inline void cudnn_softmax(const float* in, float* out, int rows, int cols) {
     table().cudnn_softmax(in, out, rows, cols);
 }
 
+// Attention materialized with cuBLAS (module 07), Q, K, V, O of shape [batch][heads][T][D],
+// row-major: S = Q K^T by a strided-batched GEMM into a T x T buffer per head, a softmax kernel
+// over each row (scale, causal mask), O = P V by a second GEMM. Plain FP32 throughout.
+inline void cublas_attention_f32(const float* Q, const float* K, const float* V, float* O,
+                                 int batch, int heads, int T, int D, float scale, bool causal) {
+    table().cublas_attention_f32(Q, K, V, O, batch, heads, T, D, scale, causal);
+}
+
+// The same in bf16 (bits of __nv_bfloat16): S in float32, P in bf16, O in bf16, and L [batch]
+// [heads][T] the logsumexp of each row of scale * S (float32).
+inline void cublas_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                  const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                  int heads, int T, int D, float scale, bool causal) {
+    table().cublas_attention_bf16(Q, K, V, O, L, batch, heads, T, D, scale, causal);
+}
+
+// Its backward: S recomputed, P from L, dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+// dQ = scale dS K, dK = scale dS^T Q; five GEMMs, gradients in float32.
+inline void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                           const std::uint16_t* V, const std::uint16_t* O,
+                                           const std::uint16_t* dO, const float* L, float* dQ,
+                                           float* dK, float* dV, int batch, int heads, int T, int D,
+                                           float scale, bool causal) {
+    table().cublas_attention_backward_bf16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                           causal);
+}
+
 }  // namespace
 }  // namespace course::baseline
