@@ -387,43 +387,63 @@ constexpr int kNormBackwardRowsPerBlock = 32;
 
 // A warp per row for dinp; each warp sums its rows' dweight and dbias terms into its own slice
 // of shared memory, then the block adds the warps' slices in order into its partial row:
-// partials[block] holds C dweight sums then C dbias sums.
-template <typename Act>
+// partials[block] holds C dweight sums then C dbias sums. Each lane moves W consecutive columns
+// at a time (16 bytes where C allows): a warp's requests are then 512 contiguous bytes, enough in
+// flight to keep the memory busy (with one value per lane, the kernel ran at a tenth of it).
+constexpr int kNormBackwardWarps = 8;
+
+template <typename Act, int W>
 __global__ void layernorm_backward_kernel(Act* dinp, float* partials, const Act* dout,
                                           const Act* inp, const Act* weight, const float* mean,
                                           const float* rstd, int rows, int C) {
-    extern __shared__ float sums[];  // [kNormWarps][2 * C]
+    using Vec = Pack<Act, W>;
+    extern __shared__ float sums[];  // [kNormBackwardWarps][2 * C]
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     float* warp_sums = sums + static_cast<long long>(warp) * 2 * C;
     for (int c = lane; c < 2 * C; c += kWarp) warp_sums[c] = 0.0f;
+    const int packs = C / W;
+    const Vec* weights = reinterpret_cast<const Vec*>(weight);
     const int first_row = blockIdx.x * kNormBackwardRowsPerBlock;
     const int last_row = min(first_row + kNormBackwardRowsPerBlock, rows);
-    for (int row = first_row + warp; row < last_row; row += kNormWarps) {
+    for (int row = first_row + warp; row < last_row; row += kNormBackwardWarps) {
         const long long offset = static_cast<long long>(row) * C;
+        const Vec* x = reinterpret_cast<const Vec*>(inp + offset);
+        const Vec* dy = reinterpret_cast<const Vec*>(dout + offset);
+        Vec* dx = reinterpret_cast<Vec*>(dinp + offset);
         const float row_mean = mean[row], row_rstd = rstd[row];
         // xhat = (x - mean) * rstd, g = dout * weight; the two row means of the formula:
         float g_sum = 0.0f, g_xhat_sum = 0.0f;
-        for (int c = lane; c < C; c += kWarp) {
-            const float xhat = (to_float(inp[offset + c]) - row_mean) * row_rstd;
-            const float g = to_float(dout[offset + c]) * to_float(weight[c]);
-            g_sum += g;
-            g_xhat_sum += g * xhat;
+        for (int p = lane; p < packs; p += kWarp) {
+            const Vec xs = x[p], dys = dy[p], ws = weights[p];
+            for (int k = 0; k < W; ++k) {
+                const float xhat = (to_float(xs.value[k]) - row_mean) * row_rstd;
+                const float g = to_float(dys.value[k]) * to_float(ws.value[k]);
+                g_sum += g;
+                g_xhat_sum += g * xhat;
+            }
         }
         const float g_mean = warp_sum(g_sum) / C, g_xhat_mean = warp_sum(g_xhat_sum) / C;
-        for (int c = lane; c < C; c += kWarp) {
-            const float xhat = (to_float(inp[offset + c]) - row_mean) * row_rstd;
-            const float dy = to_float(dout[offset + c]);
-            const float g = dy * to_float(weight[c]);
-            const float dx = row_rstd * (g - g_mean - xhat * g_xhat_mean);
-            dinp[offset + c] = from_float<Act>(to_float(dinp[offset + c]) + dx);
-            warp_sums[c] += dy * xhat;
-            warp_sums[C + c] += dy;
+        for (int p = lane; p < packs; p += kWarp) {
+            const Vec xs = x[p], dys = dy[p], ws = weights[p];
+            Vec dxs = dx[p];
+            for (int k = 0; k < W; ++k) {
+                const int c = p * W + k;
+                const float xhat = (to_float(xs.value[k]) - row_mean) * row_rstd;
+                const float d = to_float(dys.value[k]);
+                const float g = d * to_float(ws.value[k]);
+                const float dxhat = row_rstd * (g - g_mean - xhat * g_xhat_mean);
+                dxs.value[k] = from_float<Act>(to_float(dxs.value[k]) + dxhat);
+                warp_sums[c] += d * xhat;
+                warp_sums[C + c] += d;
+            }
+            dx[p] = dxs;
         }
     }
     __syncthreads();
     for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
         float total = 0.0f;
-        for (int w = 0; w < kNormWarps; ++w) total += sums[static_cast<long long>(w) * 2 * C + c];
+        for (int w = 0; w < kNormBackwardWarps; ++w)
+            total += sums[static_cast<long long>(w) * 2 * C + c];
         partials[static_cast<long long>(blockIdx.x) * 2 * C + c] = total;
     }
 }
@@ -467,20 +487,33 @@ float* scratch_floats(long long n) {
     return buffer;
 }
 
+template <typename Act, int W>
+void launch_layernorm_backward(Act* dinp, float* partials, const Act* dout, const Act* inp,
+                               const Act* weight, const float* mean, const float* rstd, int rows,
+                               int C, int blocks) {
+    static bool opted_in = false;
+    if (!opted_in) {
+        course::opt_in_shared_bytes(layernorm_backward_kernel<Act, W>);
+        opted_in = true;
+    }
+    const std::size_t shared = static_cast<std::size_t>(kNormBackwardWarps) * 2 * C * sizeof(float);
+    layernorm_backward_kernel<Act, W><<<blocks, kNormBackwardWarps * kWarp, shared>>>(
+        dinp, partials, dout, inp, weight, mean, rstd, rows, C);
+    CUDA_CHECK_LAUNCH();
+}
+
 template <typename Act>
 void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
                         const Act* weight, const float* mean, const float* rstd, int rows, int C) {
     const int blocks = course::ceil_div(rows, kNormBackwardRowsPerBlock);
     float* partials = scratch_floats(static_cast<long long>(blocks) * 2 * C);
-    const std::size_t shared = static_cast<std::size_t>(kNormWarps) * 2 * C * sizeof(float);
-    static bool opted_in = false;
-    if (!opted_in) {
-        course::opt_in_shared_bytes(layernorm_backward_kernel<Act>);
-        opted_in = true;
-    }
-    layernorm_backward_kernel<<<blocks, kNormWarps * kWarp, shared>>>(dinp, partials, dout, inp,
-                                                                      weight, mean, rstd, rows, C);
-    CUDA_CHECK_LAUNCH();
+    constexpr int kWide = 16 / sizeof(Act);  // values per 16 bytes (rows start aligned if C allows)
+    if (C % kWide == 0)
+        launch_layernorm_backward<Act, kWide>(dinp, partials, dout, inp, weight, mean, rstd, rows,
+                                              C, blocks);
+    else
+        launch_layernorm_backward<Act, 1>(dinp, partials, dout, inp, weight, mean, rstd, rows, C,
+                                          blocks);
     add_partials_kernel<<<course::ceil_div(2 * C, kWarp), dim3(kWarp, kPartialLanes)>>>(
         dweight, dbias, partials, blocks, C);
     CUDA_CHECK_LAUNCH();
