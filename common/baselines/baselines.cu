@@ -109,6 +109,8 @@ extern "C" const course::baseline::Table* course_baselines_table() {
                                                library::cublas_gemm_bf16,
                                                library::cublas_attention_f32,
                                                library::cublas_attention_bf16,
-                                               library::cublas_attention_backward_bf16};
+                                               library::cublas_attention_backward_bf16,
+                                               library::cudnn_attention_bf16,
+                                               library::cudnn_attention_backward_bf16};
     return &table;
 }
