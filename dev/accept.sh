@@ -37,11 +37,6 @@ done
 out=${OUT:-build/accept}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
-# cuDNN's softmax is a baseline of module 06 when the pip wheel is installed.
-if [ -z "${COURSE_CUDNN_ROOT:-}" ]; then
-  root=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null) &&
-    export COURSE_CUDNN_ROOT=$root
-fi
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
