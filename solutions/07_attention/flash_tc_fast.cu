@@ -15,7 +15,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "course/exercise.h"
 #include "course/gemm_layout.h"
@@ -45,9 +44,6 @@ constexpr int kKeysD128 = 64;
 constexpr int kStagesD128 = 2;
 constexpr int kQInRegistersD128 = 0;
 constexpr int kBlocksPerSmD128 = 2;
-constexpr int kFtzExp2 = 1;         // 1: tc::exp2_ftz, 0: exp2f
-constexpr int kSkipUnchangedRescale = 0;  // 1: a warp whose maxima did not grow keeps O as it is
-constexpr int kSplitMaskedTiles = 1;  // 1: the masked and unmasked tiles' code apart
 
 template <int kD_, int kWarps_, int kRowTiles_, int kBlockN_, int kStages_, int kQInRegisters_,
           int kBlocksPerSm_>
@@ -70,13 +66,6 @@ using TilingD64 = Tiling<64, kWarpsD64, kRowTilesD64, kKeysD64, kStagesD64, kQIn
                          kBlocksPerSmD64>;
 using TilingD128 = Tiling<128, kWarpsD128, kRowTilesD128, kKeysD128, kStagesD128,
                           kQInRegistersD128, kBlocksPerSmD128>;
-
-__device__ __forceinline__ float exp2_scores(float x) {
-    if constexpr (kFtzExp2 != 0)
-        return tc::exp2_ftz(x);
-    else
-        return exp2f(x);
-}
 
 // cp.async of tiles of [rows][kD] bf16 into swizzled shared tiles, kThreads threads. Thread i
 // copies chunk i % kChunks of rows i / kChunks, i / kChunks + kRowStep, ...: kRowStep is a
@@ -118,13 +107,6 @@ struct TileCopier {
         }
     }
 };
-
-// A flag known at run time, or at compile time (the masked and unmasked tiles' code).
-__device__ __forceinline__ bool is_true(bool flag) { return flag; }
-template <bool kFlag>
-__device__ __forceinline__ constexpr bool is_true(std::bool_constant<kFlag>) {
-    return kFlag;
-}
 
 // tc::swizzled<kD>(row0 + row, col0 + col) for row0 a multiple of 8 and col0 of 16, given
 // lane_offset = tc::swizzled<kD>(row, col) with row < 16 and col < 16 (the lane's ldmatrix
@@ -191,11 +173,37 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
     for (int m = 0; m < kRowTiles; ++m) row_max[m][0] = row_max[m][1] = -INFINITY;
     const float scale_log2 = scale * 1.4426950408889634f;  // exp(scale x) = exp2(scale_log2 x)
 
-    // One K/V tile: S = Q K^T, the mask (where `masked`: a bool, or a constant), the online
-    // softmax, O += P V.
-    const auto compute_tile = [&](int stage, int key0, auto masked) {
-        const __nv_bfloat16* k_tile = k_stage(stage);
-        const __nv_bfloat16* v_tile = v_stage(stage);
+    for (int tile = 0; tile < key_tiles; ++tile) {
+        tc::cp_async_wait<kStages - 2>();  // this thread's copies of this tile have landed
+        // ... everyone's have; and every warp is done with the previous tile, whose stage the
+        // copies issued next overwrite: the one barrier of the iteration.
+        __syncthreads();
+        {
+            const int ahead = tile + kStages - 1;
+            if (ahead < key_tiles) {
+                copier.template copy<kBlockN>(k_stage(ahead % kStages), K, ahead * kBlockN, T);
+                copier.template copy<kBlockN>(v_stage(ahead % kStages), V, ahead * kBlockN, T);
+            }
+            tc::cp_async_commit();  // also when empty: the wait above counts groups
+        }
+        if constexpr (Tl::kQInRegisters) {
+            if (tile == 0) {
+#pragma unroll
+                for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+                    for (int kk = 0; kk < kD / 16; ++kk)
+                        tc::ldmatrix_x4(q_frag[m][kk],
+                                        q_tile + swizzled_step<kD>(a_lane, warp_row + m * 16,
+                                                                   kk * 16));
+            }
+        }
+        const int key0 = tile * kBlockN;
+        // Causal: a warp whose last row comes before the tile's first key sees none of it.
+        if (causal && key0 > row0 + Tl::kWarpRows - 1) continue;
+        // Keys past T and, causal, keys after the query: only the tiles that reach past either.
+        const bool masked = key0 + kBlockN > T || (causal && key0 + kBlockN - 1 > row0);
+        const __nv_bfloat16* k_tile = k_stage(tile % kStages);
+        const __nv_bfloat16* v_tile = v_stage(tile % kStages);
 
         // S = Q K^T: kRowTiles x kBlockN / 8 accumulator tiles. Each K fragment (plain ldmatrix,
         // as in the readable kernel) serves every row tile of the warp.
@@ -225,7 +233,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
             }
         }
 
-        if (is_true(masked)) {
+        if (masked) {
 #pragma unroll
             for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -255,27 +263,25 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
                 const float new_max = fmaxf(row_max[m][h], tile_max * scale_log2);
                 // A row with every key so far masked keeps max -inf: subtract 0 instead of -inf.
                 const float subtract = new_max == -INFINITY ? 0.0f : new_max;
-                correction[m][h] = exp2_scores(row_max[m][h] - subtract);  // 0 on the first tile
+                correction[m][h] = tc::exp2_ftz(row_max[m][h] - subtract);  // 0 on the first tile
                 row_max[m][h] = new_max;
                 float sum = 0.0f;
 #pragma unroll
                 for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
                     for (int i = 2 * h; i < 2 * h + 2; ++i) {
-                        s[m][n][i] = exp2_scores(fmaf(s[m][n][i], scale_log2, -subtract));
+                        s[m][n][i] = tc::exp2_ftz(fmaf(s[m][n][i], scale_log2, -subtract));
                         sum += s[m][n][i];
                     }
                 row_sum[m][h] = row_sum[m][h] * correction[m][h] + sum;
             }
-        bool rescale = true;
-        if constexpr (kSkipUnchangedRescale != 0) {
-            bool changed = false;
+        // Past the first tiles a row's maximum seldom grows: where no row of the warp's did, every
+        // correction is exactly 1 and O stays as it is: one vote instead of a multiply per O value.
+        bool grew = false;
 #pragma unroll
-            for (int m = 0; m < kRowTiles; ++m)
-                changed = changed || correction[m][0] != 1.0f || correction[m][1] != 1.0f;
-            rescale = __any_sync(0xffffffffu, changed);
-        }
-        if (rescale) {
+        for (int m = 0; m < kRowTiles; ++m)
+            grew = grew || correction[m][0] != 1.0f || correction[m][1] != 1.0f;
+        if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
             for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -309,46 +315,6 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
                     tc::mma_bf16(o[m][2 * p + 1], p_frag[m], b[2], b[3]);
                 }
             }
-        }
-    };
-
-    for (int tile = 0; tile < key_tiles; ++tile) {
-        tc::cp_async_wait<kStages - 2>();  // this thread's copies of this tile have landed
-        // ... everyone's have; and every warp is done with the previous tile, whose stage the
-        // copies issued next overwrite: the one barrier of the iteration.
-        __syncthreads();
-        {
-            const int ahead = tile + kStages - 1;
-            if (ahead < key_tiles) {
-                copier.template copy<kBlockN>(k_stage(ahead % kStages), K, ahead * kBlockN, T);
-                copier.template copy<kBlockN>(v_stage(ahead % kStages), V, ahead * kBlockN, T);
-            }
-            tc::cp_async_commit();  // also when empty: the wait above counts groups
-        }
-        if constexpr (Tl::kQInRegisters) {
-            if (tile == 0) {
-#pragma unroll
-                for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-                    for (int kk = 0; kk < kD / 16; ++kk)
-                        tc::ldmatrix_x4(q_frag[m][kk],
-                                        q_tile + swizzled_step<kD>(a_lane, warp_row + m * 16,
-                                                                   kk * 16));
-            }
-        }
-        const int key0 = tile * kBlockN;
-        // Causal: a warp whose last row comes before the tile's first key sees none of it.
-        if (causal && key0 > row0 + Tl::kWarpRows - 1) continue;
-        // Keys past T and, causal, keys after the query: only the tiles that reach past either.
-        const bool masked = key0 + kBlockN > T || (causal && key0 + kBlockN - 1 > row0);
-        if constexpr (kSplitMaskedTiles != 0) {
-            // Two copies of the tile's code, neither with a branch inside.
-            if (masked)
-                compute_tile(tile % kStages, key0, std::true_type{});
-            else
-                compute_tile(tile % kStages, key0, std::false_type{});
-        } else {
-            compute_tile(tile % kStages, key0, masked);
         }
     }
 
