@@ -2,13 +2,14 @@
 // readable one is flash_tc.cu).
 //
 // Teaches: what bounds the readable kernel once its copies overlap the arithmetic: shared-memory
-// reads and instructions per mma. Here a warp owns 32 query rows instead of 16, so every K and V
-// fragment it reads with ldmatrix feeds two mma instead of one, and a block of 4 warps owns 128
-// rows, so every K/V tile that crosses from L2 serves twice the rows; the K/V tiles come through
-// a ring of shared stages with one barrier per tile; the copies are an unrolled loop with the
-// addresses computed once; the softmax takes one ex2.approx.ftz per score. The module README says
-// what each of these bought on an H100. Same swizzle, fragments, masking and heaviest-first order
-// as the readable kernel.
+// reads and instructions per mma. A warp owns 32 query rows instead of 16, so every K and V
+// fragment it reads with ldmatrix feeds two mma instead of one (Q's fragments are read again at
+// every tile: no registers are left to hold them), and a block of 4 warps owns 128 rows, so every
+// K/V tile that crosses from L2 serves twice the rows. The K/V tiles come through a ring of shared
+// stages with one barrier per tile; the copies are an unrolled run with their addresses computed
+// once; the softmax takes one ex2.approx.ftz per score, and a warp whose row maxima did not grow
+// leaves O alone. The module README says what each of these bought on an H100. Same swizzle,
+// fragments, masking and heaviest-first order as the readable kernel.
 //
 // Run:  grader run 07/flash_tc --solutions      (the "flash_tc (fast)" row)
 // Contract: flash_tc.h                          Notes:  notes/07_attention.md
@@ -31,13 +32,16 @@ namespace readable {
 
 namespace {
 
-// The tiling per head dimension (dev/tuning/07_attention.md has the sweep that chose them).
-constexpr int kWarpsD64 = 4;        // warps per block
-constexpr int kRowTilesD64 = 2;     // m16 row tiles per warp: a warp owns 16 * kRowTiles rows
-constexpr int kKeysD64 = 64;        // keys per K/V tile
-constexpr int kStagesD64 = 2;       // K/V stages in the shared ring
-constexpr int kQInRegistersD64 = 1; // Q's fragments held in registers (else read with ldmatrix)
-constexpr int kBlocksPerSmD64 = 2;  // for __launch_bounds__: the register budget
+// The tiling per head dimension, chosen by the sweeps of dev/tuning/07_attention.md: warps per
+// block; m16 row tiles per warp (a warp owns 16 kRowTiles query rows, a block kWarps times that);
+// keys per K/V tile; K/V stages in the shared ring; Q's fragments held in registers (1) or read
+// with ldmatrix at every tile (0); the blocks per SM __launch_bounds__ budgets registers for.
+constexpr int kWarpsD64 = 4;
+constexpr int kRowTilesD64 = 2;
+constexpr int kKeysD64 = 128;
+constexpr int kStagesD64 = 2;
+constexpr int kQInRegistersD64 = 0;
+constexpr int kBlocksPerSmD64 = 2;
 constexpr int kWarpsD128 = 4;
 constexpr int kRowTilesD128 = 2;
 constexpr int kKeysD128 = 64;
@@ -62,10 +66,10 @@ struct Tiling {
     static_assert(kStages >= 2 && kBlockN % 16 == 0, "a ring, whole k16 steps of P V");
 };
 
-using TilingD64 = Tiling<64, kWarpsD64, kRowTilesD64, kKeysD64, kStagesD64, kQInRegistersD64,
-                         kBlocksPerSmD64>;
-using TilingD128 = Tiling<128, kWarpsD128, kRowTilesD128, kKeysD128, kStagesD128,
-                          kQInRegistersD128, kBlocksPerSmD128>;
+using TilingD64 =
+    Tiling<64, kWarpsD64, kRowTilesD64, kKeysD64, kStagesD64, kQInRegistersD64, kBlocksPerSmD64>;
+using TilingD128 = Tiling<128, kWarpsD128, kRowTilesD128, kKeysD128, kStagesD128, kQInRegistersD128,
+                          kBlocksPerSmD128>;
 
 // cp.async of tiles of [rows][kD] bf16 into swizzled shared tiles, kThreads threads. Thread i
 // copies chunk i % kChunks of rows i / kChunks, i / kChunks + kRowStep, ...: kRowStep is a
@@ -126,7 +130,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
     constexpr int kStages = Tl::kStages, kRowTiles = Tl::kRowTiles;
     extern __shared__ __align__(128) unsigned char shared_bytes[];
     auto* q_tile = reinterpret_cast<__nv_bfloat16*>(shared_bytes);  // [kBlockM][kD]
-    __nv_bfloat16* kv_ring = q_tile + kBlockM * kD;  // [kStages][K, V][kBlockN][kD]
+    __nv_bfloat16* kv_ring = q_tile + kBlockM * kD;                 // [kStages][K, V][kBlockN][kD]
     const auto k_stage = [&](int stage) { return kv_ring + stage * 2 * kBlockN * kD; };
     const auto v_stage = [&](int stage) { return k_stage(stage) + kBlockN * kD; };
 
@@ -139,9 +143,9 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
     K += head * T * kD;
     V += head * T * kD;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;             // the fragment's row group and column pair
-    const int warp_row = warp * Tl::kWarpRows;        // this warp's first row in the block
-    const int row0 = q0 + warp_row;                   // ... and in the head
+    const int g = lane / 4, t = lane % 4;       // the fragment's row group and column pair
+    const int warp_row = warp * Tl::kWarpRows;  // this warp's first row in the block
+    const int row0 = q0 + warp_row;             // ... and in the head
     // The swizzled offsets of this lane's ldmatrix row in a 16 x 16 block: A's pattern (Q, and V
     // with .trans) and an n-major B's (K), as in the readable kernel.
     const course::Coord a_src = course::ldmatrix_a_source(lane);
@@ -192,9 +196,9 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
                 for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
                     for (int kk = 0; kk < kD / 16; ++kk)
-                        tc::ldmatrix_x4(q_frag[m][kk],
-                                        q_tile + swizzled_step<kD>(a_lane, warp_row + m * 16,
-                                                                   kk * 16));
+                        tc::ldmatrix_x4(
+                            q_frag[m][kk],
+                            q_tile + swizzled_step<kD>(a_lane, warp_row + m * 16, kk * 16));
             }
         }
         const int key0 = tile * kBlockN;
@@ -217,8 +221,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) q_step[m][r] = q_frag[m][kk][r];
                 } else {
-                    tc::ldmatrix_x4(q_step[m], q_tile + swizzled_step<kD>(
-                                                               a_lane, warp_row + m * 16, kk * 16));
+                    tc::ldmatrix_x4(q_step[m],
+                                    q_tile + swizzled_step<kD>(a_lane, warp_row + m * 16, kk * 16));
                 }
             }
 #pragma unroll
@@ -332,8 +336,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
             __nv_bfloat16* out = O + head * T * kD + static_cast<long long>(row) * kD;
 #pragma unroll
             for (int n = 0; n < kD / 8; ++n)
-                *reinterpret_cast<__nv_bfloat162*>(out + n * 8 + 2 * t) = __floats2bfloat162_rn(
-                    o[m][n][2 * h] * inv_sum, o[m][n][2 * h + 1] * inv_sum);
+                *reinterpret_cast<__nv_bfloat162*>(out + n * 8 + 2 * t) =
+                    __floats2bfloat162_rn(o[m][n][2 * h] * inv_sum, o[m][n][2 * h + 1] * inv_sum);
             // L = log sum_j exp(scale s_j) = ln 2 * (the row's maximum, in log2 units) + log(sum).
             if (t == 0) L[head * T + row] = row_max[m][h] * 0.6931471805599453f + logf(sum);
         }
@@ -350,8 +354,8 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
         return;
     }
     const dim3 grid(course::ceil_div(T, Tl::kBlockM), batch * heads);
-    flash_tc_fast_kernel<Tl><<<grid, Tl::kThreads, Tl::kSharedBytes>>>(Q, K, V, O, L, T, scale,
-                                                                       causal);
+    flash_tc_fast_kernel<Tl>
+        <<<grid, Tl::kThreads, Tl::kSharedBytes>>>(Q, K, V, O, L, T, scale, causal);
     CUDA_CHECK_LAUNCH();
 }
 
