@@ -1,14 +1,15 @@
 // 07_attention/flash_backward_fast: the backward pass of flash attention, tuned. Fast reference
 // (the readable one is flash_backward.cu, included below).
 //
-// Teaches: what the readable kernel's time goes to once its products are on the tensor cores:
-// shared-memory reads per mma, barriers and atomics. Here a block owns 128 keys (8 warps of 16)
-// and walks over query tiles of 64, so each Q/dO tile copied serves twice the keys and dQ takes
-// half the atomics, 8-byte ones on Hopper; one barrier per query tile instead of two (dS^T
-// double-buffered, the next tile's copies issued after the barrier, two tiles ahead); the rows'
-// L and D staged beside Q and dO by cp.async; at D = 64, K and V held in registers as A fragments
-// for the whole loop; the masks computed only on the tiles that need them. The algorithm, the
-// fragments and D = rowsum(dO * O) (the readable row_dot_kernel) are the readable solution's.
+// Teaches: what it takes to feed the tensor cores from one block of 8 warps. A block owns 128
+// keys (8 warps of 16) and walks over query tiles of 64, so each Q and dO tile it copies serves
+// twice the keys of the readable kernel and dQ takes half the atomics, 8-byte ones on Hopper; one
+// barrier per query tile instead of two (dS^T double-buffered, the copies of the tile after next
+// issued right after that barrier); the rows' L and D staged beside Q and dO by cp.async instead
+// of read from global memory inside the loop; at D = 64, K and V held in registers as A
+// fragments for the whole loop; the masks tested only on the tiles that can need them. The
+// algorithm, the fragments and D = rowsum(dO * O) (the readable row_dot_kernel) are the readable
+// solution's. The module README compares the two.
 //
 // Run:  grader run 07/flash_backward --solutions      (the "flash_backward (fast)" row)
 // Contract: flash_backward.h           Notes:  notes/07_attention.md, dev/tuning/07_attention.md
