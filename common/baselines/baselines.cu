@@ -13,6 +13,7 @@
 
 #include "course/baseline_table.h"
 #include "course/check.h"
+#include "scratch.h"
 
 namespace course::baseline::library {
 
@@ -38,24 +39,15 @@ cublasHandle_t cublas() {
     return handle;
 }
 
-// CUB's temporary storage: grown on demand, never shrunk.
-void* scratch(std::size_t bytes) {
-    static void* buffer = nullptr;
-    static std::size_t capacity = 0;
-    if (bytes > capacity) {
-        if (buffer) CUDA_CHECK(cudaFree(buffer));
-        CUDA_CHECK(cudaMalloc(&buffer, bytes));
-        capacity = bytes;
-    }
-    return buffer;
-}
+// CUB's temporary storage.
+Scratch cub_scratch;
 
 // CUB's two-phase call: ask for the scratch size, then run.
 template <class Call>
 void run_cub(Call call) {
     std::size_t bytes = 0;
     CUDA_CHECK(call(nullptr, bytes));
-    CUDA_CHECK(call(scratch(bytes), bytes));
+    CUDA_CHECK(call(cub_scratch.get(bytes), bytes));
 }
 
 }  // namespace
@@ -117,6 +109,8 @@ extern "C" const course::baseline::Table* course_baselines_table() {
                                                library::cublas_gemm_bf16,
                                                library::cublas_attention_f32,
                                                library::cublas_attention_bf16,
-                                               library::cublas_attention_backward_bf16};
+                                               library::cublas_attention_backward_bf16,
+                                               library::cudnn_attention_bf16,
+                                               library::cudnn_attention_backward_bf16};
     return &table;
 }

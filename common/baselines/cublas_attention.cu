@@ -1,8 +1,8 @@
 // Attention as a user without a fused kernel would write it with cuBLAS: the scores S = Q K^T
 // materialized by a strided-batched GEMM, a softmax kernel over each row of S (scaled, masked
 // when causal), then O = P V by a second GEMM; the backward pass with five GEMMs and two
-// element-wise kernels over the T x T matrices. The baseline of module 07 where cuDNN's fused
-// attention is not wired in (notes/07_attention.md says why and what that changes). The T x T
+// element-wise kernels over the T x T matrices. The baseline of module 07's float32 exercises,
+// and of its bf16 ones where cuDNN's fused attention does not run (cudnn_attention.cu). The T x T
 // buffers are kept between calls (grown on demand), so that timed calls pay only for the work.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -14,6 +14,7 @@
 
 #include "course/check.h"
 #include "library.h"
+#include "scratch.h"
 
 namespace course::baseline::library {
 
@@ -35,18 +36,6 @@ cublasHandle_t handle() {
 }
 
 // One grow-only device buffer per use.
-struct Scratch {
-    void* data = nullptr;
-    std::size_t capacity = 0;
-    void* get(std::size_t bytes) {
-        if (bytes > capacity) {
-            if (data) CUDA_CHECK(cudaFree(data));
-            CUDA_CHECK(cudaMalloc(&data, bytes));
-            capacity = bytes;
-        }
-        return data;
-    }
-};
 Scratch scores_f32, probs_f32, probs_bf16, grad_scores_bf16, row_deltas;
 
 struct Dims {

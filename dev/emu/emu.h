@@ -454,3 +454,9 @@ template <class T> T __shfl_up_sync(unsigned m, T v, unsigned delta) {
 template <class T> T __shfl_xor_sync(unsigned m, T v, int offset) {
     return emu::shuffle(m, v, emu::current->lane ^ offset);
 }
+// The vote as a butterfly of shuffles: every lane ends with the OR of all 32 predicates.
+inline int __any_sync(unsigned m, int predicate) {
+    int any = predicate != 0;
+    for (int offset = 1; offset < 32; offset *= 2) any |= __shfl_xor_sync(m, any, offset);
+    return any;
+}

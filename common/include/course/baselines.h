@@ -138,5 +138,28 @@ inline void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::ui
                                            causal);
 }
 
+// cuDNN's fused flash attention (the kernels PyTorch's cuDNN backend runs), bf16 in and out, with
+// the same contract as cublas_attention_bf16: O, and L the logsumexp of each row of scale * S.
+// Throws, with the reason, where the course was built without cuDNN or cuDNN has no engine for
+// the shape (a GPU before Ampere, a cuDNN older than 9.6): module 07's checkers then time against
+// cuBLAS's attention instead.
+inline void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                 const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                 int heads, int T, int D, float scale, bool causal) {
+    table().cudnn_attention_bf16(Q, K, V, O, L, batch, heads, T, D, scale, causal);
+}
+
+// Its backward, as cublas_attention_backward_bf16's but with the gradients in bf16 (cuDNN writes
+// them in the inputs' type; it sums dQ in float32 internally).
+inline void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                          const std::uint16_t* V, const std::uint16_t* O,
+                                          const std::uint16_t* dO, const float* L,
+                                          std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV,
+                                          int batch, int heads, int T, int D, float scale,
+                                          bool causal) {
+    table().cudnn_attention_backward_bf16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                          causal);
+}
+
 }  // namespace
 }  // namespace course::baseline

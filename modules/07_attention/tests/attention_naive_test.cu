@@ -57,7 +57,7 @@ TEST_F(AttentionNaive, Rate) {
     };
     std::printf("[attention_naive] the scores of B 4 H 16 T 4096: %.1f GB of device memory\n",
                 scores_bytes(c) / 1e9);
-    time_forward<float>(naive, cublas_f32, "cublas_attention_f32", c, rng);
+    time_forward<float>(naive, {{"cublas_attention_f32", cublas_f32}}, c, rng);
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // itself checked against finite differences in double, common/tests/reference_attention_test.cpp).
 // Each case runs twice: dK and dV must come out with the same bits (dQ may not: atomics add in
 // any order). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
-// cuBLAS's materialized backward. Skips where this build's device code has no bf16 tensor cores.
+// cuDNN's fused backward (else cuBLAS's materialized one). Skips where this build's device code
+// has no bf16 tensor cores.
 #include "attention_checks.h"
 #include "flash_backward.h"
 
@@ -133,32 +134,41 @@ TEST_F(FlashBackward, LargeScores) {
 void rate(std::size_t D, bool causal, course::Rng& rng) {
     const Case c = timed_case(D, causal);
     // cuBLAS's scores (float32) and two bf16 T x T buffers; the problem's buffers, three
-    // gradients twice with the harness's copies, and the GPU reference's float copies.
-    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + 24 * c.shape.elements() * sizeof(float) +
+    // gradients twice with the harness's copies, cuDNN's bf16 gradients, and the GPU reference's
+    // float copies.
+    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + 26 * c.shape.elements() * sizeof(float) +
                           (512u << 20));
     SCOPED_TRACE(c.describe());
     const Problem p(c, rng);
     const std::size_t n = c.shape.elements();
     F32 dQ("dQ", n), dK("dK", n), dV("dV", n), bQ("baseline dQ", n), bK("baseline dK", n),
         bV("baseline dV", n);
+    U16 cQ("cuDNN dQ", n), cK("cuDNN dK", n), cV("cuDNN dV", n);  // cuDNN's are bf16
     p.run(dQ, dK, dV);  // the tolerances of the timed outputs come from a first result
     const Gradients want = reference_backward(p.in, p.O, p.L, c);
-    const auto& s = c.shape;
-    const auto timing = course::time_against(
-        [&] { p.run(dQ, dK, dV); },
-        [&] {
-            course::baseline::cublas_attention_backward_bf16(
-                p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
-                p.d_L.data(), bQ.data(), bK.data(), bV.data(), static_cast<int>(s.batch),
-                static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
-                c.causal);
-        },
-        {course::TimedOutput(dQ, gradient_tolerance(want.dQ)),
-         course::TimedOutput(dK, gradient_tolerance(want.dK)),
-         course::TimedOutput(dV, gradient_tolerance(want.dV))});
+    const int B = static_cast<int>(c.shape.batch), H = static_cast<int>(c.shape.heads),
+              T = static_cast<int>(c.shape.T), d = static_cast<int>(c.shape.D);
+    const std::vector<BaselineCall> baselines{
+        {"cudnn_attention_backward_bf16",
+         [&] {
+             course::baseline::cudnn_attention_backward_bf16(
+                 p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
+                 p.d_L.data(), cQ.data(), cK.data(), cV.data(), B, H, T, d, c.scale(), c.causal);
+         }},
+        {"cublas_attention_backward_bf16", [&] {
+             course::baseline::cublas_attention_backward_bf16(
+                 p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
+                 p.d_L.data(), bQ.data(), bK.data(), bV.data(), B, H, T, d, c.scale(), c.causal);
+         }}};
+    const BaselineCall& baseline = first_that_runs(baselines);
+    const auto timing =
+        course::time_against([&] { p.run(dQ, dK, dV); }, baseline.run,
+                             {course::TimedOutput(dQ, gradient_tolerance(want.dQ)),
+                              course::TimedOutput(dK, gradient_tolerance(want.dK)),
+                              course::TimedOutput(dV, gradient_tolerance(want.dV))});
     check_gradients(p, dQ, dK, dV, "", " (timed)");
     const double flops = 2.5 * forward_flops(c);
-    course::record_flops(perf_label(c), timing, flops, "cublas_attention_backward_bf16", flops,
+    course::record_flops(perf_label(c), timing, flops, baseline.name, flops,
                          course::FlopUnits::bf16_tensor_cores);
 }
 

@@ -4,8 +4,8 @@
 // at T = 4096); scores in the hundreds (exp overflows without the row maximum); each case run
 // twice (the same bits both times: a missing barrier before a K/V buffer is overwritten shows as
 // a race). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
-// cuBLAS's materialized bf16 attention, timed in the same run. Skips where this build's device
-// code has no bf16 tensor cores (below sm_80).
+// cuDNN's fused attention (else cuBLAS's materialized bf16 attention), timed in the same run.
+// Skips where this build's device code has no bf16 tensor cores (below sm_80).
 #include "attention_checks.h"
 #include "flash_tc.h"
 
@@ -23,14 +23,24 @@ const ForwardRun<std::uint16_t> kFlashTc = [](const auto& Q, const auto& K, cons
              c.causal);
 };
 
-const BaselineRun<std::uint16_t> kCublas = [](const auto& Q, const auto& K, const auto& V, auto& O,
-                                              auto& L, const Case& c) {
-    const auto& s = c.shape;
-    course::baseline::cublas_attention_bf16(Q.data(), K.data(), V.data(), O.data(), L.data(),
-                                            static_cast<int>(s.batch), static_cast<int>(s.heads),
-                                            static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
-                                            c.causal);
-};
+// A library's bf16 attention (cuDNN's and cuBLAS's share this signature) as a timed baseline.
+using Bf16Attention = void (*)(const std::uint16_t* Q, const std::uint16_t* K,
+                               const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                               int heads, int T, int D, float scale, bool causal);
+BaselineRun<std::uint16_t> bf16_baseline(Bf16Attention attention) {
+    return
+        [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
+            const auto& s = c.shape;
+            attention(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
+                      static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
+                      c.scale(), c.causal);
+        };
+}
+
+// cuDNN's fused attention where it runs here, else cuBLAS's materialized attention.
+const Baselines<std::uint16_t> kBaselines{
+    {"cudnn_attention_bf16", bf16_baseline(course::baseline::cudnn_attention_bf16)},
+    {"cublas_attention_bf16", bf16_baseline(course::baseline::cublas_attention_bf16)}};
 
 TEST_F(FlashTc, EdgeShapes) {
     auto rng = test_rng();
@@ -51,7 +61,7 @@ TEST_F(FlashTc, LargeScores) {
 void rate(std::size_t D, bool causal, course::Rng& rng) {
     const Case c = timed_case(D, causal);
     COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
-    time_forward<std::uint16_t>(kFlashTc, kCublas, "cublas_attention_bf16", c, rng);
+    time_forward<std::uint16_t>(kFlashTc, kBaselines, c, rng);
 }
 
 TEST_F(FlashTc, RateD64) {

@@ -8,6 +8,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -110,6 +111,8 @@ inline void cp_async_4(void* shared, const void* global, bool valid) {
 inline void cp_async_commit() {}
 template <int pending>
 void cp_async_wait() {}
+
+inline float exp2_ftz(float x) { return std::exp2(x); }
 
 template <int kRowElems>
 int swizzled(int row, int col) {
