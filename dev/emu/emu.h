@@ -62,6 +62,13 @@ template <class T> T __ldcg(const T* p) { return *p; }
 inline void __threadfence() {}
 // Atomics: threads switch only where they wait for each other, so a read-modify-write is atomic.
 template <class T> T atomicAdd(T* p, T v) { const T old = *p; *p = old + v; return old; }
+// Hopper's vector atomics (sm_90): each component added on its own, as there.
+inline float2 atomicAdd(float2* p, float2 v) {
+    const float2 old = *p;
+    p->x += v.x;
+    p->y += v.y;
+    return old;
+}
 template <class T> T atomicMin(T* p, T v) { const T old = *p; if (v < old) *p = v; return old; }
 
 // The built-in indices: the scheduler sets them before it runs (or resumes) a thread.

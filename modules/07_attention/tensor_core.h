@@ -74,6 +74,12 @@ __device__ __forceinline__ void cp_async_16(void* shared, const void* global, bo
     TC_SM80(asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address),
                          "l"(global), "r"(valid ? 16 : 0)));
 }
+// The same for 4 bytes, single floats (.ca: .cg copies 16 bytes only).
+__device__ __forceinline__ void cp_async_4(void* shared, const void* global, bool valid) {
+    const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+    TC_SM80(asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address),
+                         "l"(global), "r"(valid ? 4 : 0)));
+}
 // Closes the group of the cp.asyncs issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
     TC_SM80(asm volatile("cp.async.commit_group;\n" ::));

@@ -102,6 +102,12 @@ inline void cp_async_16(void* shared, const void* global, bool valid) {
     else
         std::memset(shared, 0, 16);
 }
+inline void cp_async_4(void* shared, const void* global, bool valid) {
+    if (valid)
+        std::memcpy(shared, global, 4);
+    else
+        std::memset(shared, 0, 4);
+}
 inline void cp_async_commit() {}
 template <int pending>
 void cp_async_wait() {}
