@@ -7,7 +7,7 @@ from grader.course import Course, module_dirs, select
 from grader.errors import UserError
 from grader.grading import build_exercises, grade, too_few_gpus
 from grader.manifest import Exercise, read_module
-from grader.results import FAST, LEARNER, PASS, SKIPPED, SOLUTION, TODO, Result
+from grader.results import FAST, LEARNER, PASS, SKIPPED, SOLUTION, TODO, Result, judged_cases
 from grader.sanitize import describe, memcheck_summary
 
 STUB_MARKERS = ("TODO", "COURSE_TODO")
@@ -89,9 +89,10 @@ def _result_problems(result: Result) -> list[str]:
         return [f"{key}: the {variant} reports {result.status} (expected {expected}): "
                 f"{_first(result.outcome.detail)}"]
     if result.target_met is False:
-        ratios = ", ".join(case.percent_text() for case in result.outcome.perf)
+        ratios = ", ".join(case.percent_text()
+                           for case in judged_cases(result.exercise, result.outcome.perf))
         return [f"{key}: the {variant} reaches {ratios} of {result.exercise.baseline}, below its "
-                f"target of {result.exercise.target:.0%}"]
+                f"target ({result.exercise.target_text})"]
     return []
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from grader.course import Course
 from grader.errors import UserError
 from grader.manifest import Exercise
-from grader.results import LEARNER, PASS, SOLUTION, PerfCase, format_number
+from grader.results import LEARNER, PASS, SOLUTION, PerfCase, format_number, judged_cases
 
 Entries = dict[str, dict]  # "module/id" -> a result entry (results.Result.to_json())
 
@@ -34,12 +34,11 @@ def read_results(path: Path, variant: str = LEARNER) -> Entries:
 
 
 def headline(entry: dict | None, exercise: Exercise) -> PerfCase | None:
-    """The case a one-line summary shows: the first timed against the manifest's baseline."""
+    """The case a one-line summary shows: the first judged one (results.judged_cases)."""
     if not entry:
         return None
     cases = [PerfCase.from_dict(case) for case in entry.get("perf", [])]
-    judged = [case for case in cases if case.baseline == exercise.baseline]
-    return (judged or cases or [None])[0]
+    return (judged_cases(exercise, cases) or cases or [None])[0]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from rich.console import Console
 from grader import ladder, roofline
 from grader.course import Course
 from grader.manifest import Exercise, Module
-from grader.results import PASS, SOLUTION, PerfCase, format_number
+from grader.results import PASS, SOLUTION, PerfCase, format_number, judged_cases
 
 INSTALL_PLOTS = ("The pictures need matplotlib: python3 -m pip install -e '.[plot]' "
                  "(then run `grader report` again).")
@@ -76,7 +76,7 @@ def _target(entry: dict, exercise: Exercise) -> str:
     met = entry.get("target_met")
     if met is None:
         return "-"
-    return f"{'met' if met else 'not met'} (>= {exercise.target:.0%})"
+    return f"{'met' if met else 'not met'} ({exercise.target_text})"
 
 
 def roofline_section(course: Course, entries: dict[str, dict], roofs: roofline.Roofs,
@@ -86,8 +86,7 @@ def roofline_section(course: Course, entries: dict[str, dict], roofs: roofline.R
     for exercise in course.exercises:
         entry = entries.get(exercise.key)
         if entry and entry["status"] == PASS:
-            judged = [case for case in cases_of(entry) if case.baseline == exercise.baseline]
-            for case in judged[:1]:
+            for case in judged_cases(exercise, cases_of(entry))[:1]:
                 points.append(roofline.place(exercise, case, roofs))
     paragraphs = [_roofs_text(roofs)]
     unplaced = [point.label for point in points if not point.flop_s]

@@ -30,8 +30,9 @@ EXERCISE_SCHEMA = {
     "hints": (list, "a list of strings"),
     "fast_solution": (str, "a string"),
     "min_gpus": (int, "an integer"),
+    "case_targets": (dict, "a table of timed-case label = ratio"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets"}
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
@@ -63,10 +64,18 @@ class Exercise:
     # GPUs of one machine the checker needs (module 11's collectives: 2); with fewer, the grader
     # skips the exercise unrun, with the reason.
     min_gpus: int = 1
+    # Where the target differs between timed cases: (case label, ratio) for each judged case (the
+    # others are shown, not judged); empty when every case is judged against `target`.
+    case_targets: tuple[tuple[str, float], ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.module}/{self.id}"
+
+    @property
+    def target_text(self) -> str:
+        """The target as the tables show it: ">= 90%", or "per case" where the cases differ."""
+        return "per case" if self.case_targets else f">= {self.target:.0%}"
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,7 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'metric' and 'baseline' go together (both set or both empty)")
     if entry["target"] > 0 and not entry["baseline"]:
         problems.append(f"{where}: a 'target' needs a 'baseline' (it is a ratio to the baseline)")
+    problems += _case_target_problems(where, entry)
     fast = entry.get("fast_solution")
     if fast is not None and (Path(fast).suffix != Path(entry["file"]).suffix or "/" in fast
                              or fast == entry["file"]):
@@ -153,6 +163,19 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
                         f"the readable solution and with its ending (e.g. {entry['id']}_fast"
                         f"{Path(entry['file']).suffix})")
     return problems
+
+
+def _case_target_problems(where: str, entry: dict) -> list[str]:
+    targets = entry.get("case_targets")
+    if targets is None:
+        return []
+    if not targets or not all(_has_type(ratio, (int, float)) and ratio > 0
+                              for ratio in targets.values()):
+        return [f"{where}: 'case_targets' maps timed-case labels to ratios > 0"]
+    if entry["target"] != min(targets.values()):
+        return [f"{where}: 'target' must be the lowest of 'case_targets' ({min(targets.values())}"
+                f"), the figure the tables show"]
+    return []
 
 
 def _duplicate_id_problems(entries: list[dict]) -> list[str]:
@@ -209,6 +232,8 @@ def _module(name: str, data: dict) -> Module:
             fast_solution=entry.get("fast_solution", ""),
             intensity=None if "intensity" not in entry else float(entry["intensity"]),
             min_gpus=entry.get("min_gpus", 1),
+            case_targets=tuple((label, float(ratio))
+                               for label, ratio in entry.get("case_targets", {}).items()),
         )
         for entry in data["exercise"]
     )

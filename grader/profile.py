@@ -21,7 +21,7 @@ from grader.cases import built_tree, checker_cases, kernel_names
 from grader.course import Course
 from grader.errors import UserError
 from grader.manifest import Exercise
-from grader.results import FAIL, PASS, SOLUTION, PerfCase
+from grader.results import FAIL, PASS, SOLUTION, PerfCase, judged_cases
 from grader.tools import require_toolkit_program
 
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats",
@@ -445,8 +445,7 @@ def choose_case(exercise: Exercise, timed: list[PerfCase], label: str | None) ->
                 return case
         names = ", ".join(f"'{case.label}'" for case in timed)
         raise UserError(f"{exercise.key} has no timed case '{label}': its cases are {names}")
-    judged = [case for case in timed if case.baseline == exercise.baseline]
-    return (judged or timed)[0]
+    return (judged_cases(exercise, timed) or timed)[0]
 
 
 def ncu_command(ncu: str, exe: Path, test: str, kernels: list[str], report: Path,

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from grader.course import Course
 from grader.results import (BUILD_ERROR, CRASH, FAIL, FAST, PASS, SKIPPED, SOLUTION, TIMEOUT,
-                            TODO, PerfCase, Result)
+                            TODO, PerfCase, Result, case_target, judged_cases)
 
 STATUS_STYLES = {PASS: "green", FAIL: "red", TODO: "yellow", BUILD_ERROR: "red",
                  CRASH: "bold red", TIMEOUT: "magenta", SKIPPED: "cyan"}
@@ -105,9 +105,12 @@ def _rows(result: Result) -> list[list]:
     filler = "" if cases else "-"  # several cases: their numbers are on the rows below
     rows = [first + [filler] * 3 + [target]]
     exercise = result.exercise
+    judged = judged_cases(exercise, cases) if result.judged and exercise.target > 0 else []
     for case in cases:
-        judged = result.judged and exercise.target > 0 and case.baseline == exercise.baseline
-        met = "" if not judged else "met" if case.meets(exercise.target) else "not met"
+        target = case_target(exercise, case)
+        met = "" if case not in judged else "met" if case.meets(target) else "not met"
+        if met and exercise.case_targets:
+            met += f" (>= {target:.0%})"
         rows.append([f"  {case.label}", ""] + _perf_cells(case) + [met])
     return rows
 
@@ -122,7 +125,7 @@ def _target_text(result: Result) -> str:
     met = result.target_met
     if met is None:
         return "-"
-    return f"{'met' if met else 'not met'} (>= {result.exercise.target:.0%})"
+    return f"{'met' if met else 'not met'} ({result.exercise.target_text})"
 
 
 def _print_with_details(console: Console, table: Table, details: dict[int, list[str]]) -> None:

@@ -112,13 +112,27 @@ class Result:
         }
 
 
+def judged_cases(exercise: Exercise, perf: list[PerfCase]) -> list[PerfCase]:
+    """The timed cases the target is judged on: those against the manifest's baseline and, where
+    the manifest has `case_targets`, named there. Cases against other references (a naive kernel
+    to beat, the copy bandwidth beside CUB, the fallback where the baseline's library is missing)
+    are shown, not judged."""
+    named = dict(exercise.case_targets)
+    return [case for case in perf
+            if case.baseline == exercise.baseline and (not named or case.label in named)]
+
+
+def case_target(exercise: Exercise, case: PerfCase) -> float:
+    """The ratio a judged case must reach: its own in `case_targets`, else the exercise's."""
+    return dict(exercise.case_targets).get(case.label, exercise.target)
+
+
 def target_met(exercise: Exercise, perf: list[PerfCase]) -> bool | None:
-    """Met when every timed case against the manifest's baseline reaches the target. Cases against
-    other references (a naive kernel to beat, the copy bandwidth beside CUB) are shown, not judged."""
-    judged = [c for c in perf if c.ratio is not None and c.baseline == exercise.baseline]
+    """Met when every judged case (judged_cases) reaches its target; None when none is judged."""
+    judged = [case for case in judged_cases(exercise, perf) if case.ratio is not None]
     if exercise.target <= 0 or not judged:
         return None
-    return all(case.meets(exercise.target) for case in judged)
+    return all(case.meets(case_target(exercise, case)) for case in judged)
 
 
 def format_number(value: float) -> str:

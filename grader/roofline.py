@@ -6,7 +6,8 @@ Both roofs come from the course's own runs on that GPU, not from a datasheet:
 - the compute roof is cuBLAS SGEMM (baseline `cublas_sgemm`), timed beside the matrix products:
   what FP32 CUDA-core code reaches on that GPU in practice;
 - a second compute roof, the tensor cores', is cuBLAS's bf16 GEMM (baseline `cublas_gemm_bf16`,
-  module 05): the exercises timed against it are judged against it.
+  module 05): the exercises timed against a bf16 library (module 05's GEMMs, module 07's bf16
+  attention against cuDNN or cuBLAS: a baseline whose name has `_bf16`) are judged against it.
 The best figure each baseline reached in the results is used. Where the GPU is at hand,
 `grader gpu`'s figures (gpu_table.py) add the FP32 peak on paper, drawn above the measured roof,
 and stand in for the copy bandwidth when no result has timed one.
@@ -89,6 +90,12 @@ def place(exercise: Exercise, case: PerfCase, roofs: Roofs) -> Point:
     return Point(exercise.id, intensity, flop_s, percent_of_roofline(case, intensity, roofs))
 
 
+def is_tensor_core(case: PerfCase) -> bool:
+    """Whether the case is tensor-core work: timed against a bf16 library (module 05's GEMMs,
+    module 07's bf16 attention), so the tensor cores' roof is the one above it."""
+    return "_bf16" in case.baseline
+
+
 def percent_of_roofline(case: PerfCase, intensity: float | None, roofs: Roofs) -> float | None:
     """The case's throughput as % of the roof above it (see the module's docstring)."""
     if case.value is None:
@@ -101,7 +108,7 @@ def percent_of_roofline(case: PerfCase, intensity: float | None, roofs: Roofs) -
             return 100 * case.value * GB * intensity / (roofs.sgemm_tflop_s * TERA)
         return None
     if case.metric == "TFLOP/s":
-        tensor = case.baseline.startswith(TENSOR)  # a tensor-core exercise (module 05)
+        tensor = is_tensor_core(case)
         if intensity is not None:
             roof = roofs.roof_flop_s(intensity, tensor)
             return None if roof is None else 100 * case.value * TERA / roof

@@ -201,7 +201,11 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T)
 
     const std::size_t L = config.layers, C = config.channels, NH = config.heads;
     const std::size_t bt = static_cast<std::size_t>(B) * T, btc = bt * C;
-    const std::size_t scores = static_cast<std::size_t>(B) * NH * T * T;
+    // The T x T buffers only where attention takes the T x T way; the flash way keeps lse.
+    score_elements_ = ops_.attention_keeps_scores(config.channels / config.heads)
+                          ? static_cast<std::size_t>(B) * NH * T * T
+                          : 0;
+    const std::size_t scores = score_elements_;
     act_.encoded = allocate<Act>(btc, "activations (embeddings)");
     act_.ln1 = allocate<Act>(L * btc, "activations (ln1)");
     act_.ln1_mean = allocate<float>(L * bt, "activations (ln1 statistics)");
@@ -209,6 +213,7 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T)
     act_.qkv = allocate<Act>(L * 3 * btc, "activations (qkv)");
     act_.atty = allocate<Act>(L * btc, "activations (attention output)");
     act_.att = allocate<Act>(L * scores, "activations (attention probabilities)");
+    act_.lse = allocate<float>(L * NH * bt, "activations (attention logsumexps)");
     act_.residual2 = allocate<Act>(L * btc, "activations (residual)");
     act_.ln2 = allocate<Act>(L * btc, "activations (ln2)");
     act_.ln2_mean = allocate<float>(L * bt, "activations (ln2 statistics)");
@@ -222,7 +227,8 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T)
     act_.logits = allocate<Act>(bt * config.padded_vocab_size, "the logits");
     act_.losses = allocate<float>(bt, "the losses");
     act_.projection = allocate<Act>(btc, "scratch");
-    act_.attention_scratch = allocate<Act>(6 * btc, "attention scratch");
+    act_.attention_scratch =
+        allocate<Act>(btc * kAttentionScratch<Act> / sizeof(Act), "attention scratch");
     act_.scores = allocate<Act>(scores, "attention scores");
     act_.dresidual = allocate<Act>(btc, "gradient scratch");
     act_.dbtc = allocate<Act>(btc, "gradient scratch");
@@ -331,7 +337,7 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
     const long long n = static_cast<long long>(rows) * C;
     // Per-layer slices are as large as the model was built for, whatever this B and T.
     const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
-    const std::size_t scores = static_cast<std::size_t>(max_B_) * NH * max_T_ * max_T_;
+    const std::size_t scores = score_elements_;
 
     ops_.embedding_forward(act_.encoded, inputs_, param_[kTokenEmbedding],
                            param_[kPositionEmbedding], B, T, C);
@@ -351,8 +357,8 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
                                param_[kLn1Weight] + l * C, param_[kLn1Bias] + l * C, rows, C);
         ops_.linear_forward(qkv, ln1, param_[kQkvWeight] + l * 3 * C * C,
                             param_[kQkvBias] + l * 3 * C, rows, C, 3 * C);
-        ops_.attention_forward(atty, act_.att + l * scores, act_.attention_scratch, act_.scores,
-                               qkv, B, T, C, NH);
+        ops_.attention_forward(atty, act_.lse + l * NH * bt, act_.att + l * scores,
+                               act_.attention_scratch, act_.scores, qkv, B, T, C, NH);
         ops_.linear_forward(act_.projection, atty, param_[kAttnProjWeight] + l * C * C,
                             param_[kAttnProjBias] + l * C, rows, C, C);
         ops_.residual_forward(residual2, residual, act_.projection, n);
@@ -383,7 +389,7 @@ void Gpt<Act>::backward(int B, int T) {
     const int rows = B * T;
     const long long n = static_cast<long long>(rows) * C;
     const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
-    const std::size_t scores = static_cast<std::size_t>(max_B_) * NH * max_T_ * max_T_;
+    const std::size_t scores = score_elements_;
     const Act* last = act_.residual3 + (L - 1) * btc;
 
     // act_.logits holds d(loss)/d(logits) now (the cross-entropy wrote it).
@@ -421,7 +427,8 @@ void Gpt<Act>::backward(int B, int T) {
                              grad_[kAttnProjBias] + l * C, act_.dresidual, atty,
                              param_[kAttnProjWeight] + l * C * C, rows, C, C);
         ops_.attention_backward(act_.dqkv, act_.attention_scratch, act_.scores, act_.dbtc, qkv,
-                                act_.att + l * scores, B, T, C, NH);
+                                atty, act_.lse + l * NH * bt, act_.att + l * scores, B, T, C,
+                                NH);
         ops_.linear_backward(act_.dbtc, grad_[kQkvWeight] + l * 3 * C * C,
                              grad_[kQkvBias] + l * 3 * C, act_.dqkv, ln1,
                              param_[kQkvWeight] + l * 3 * C * C, rows, C, 3 * C);

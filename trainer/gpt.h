@@ -140,7 +140,8 @@ class Gpt {
         float *ln1_mean, *ln1_rstd;  // [L, B, T]
         Act* qkv;                    // [L, B, T, 3C]
         Act* atty;                   // [L, B, T, C]
-        Act* att;                    // [L, B, NH, T, T]
+        Act* att;                    // [L, B, NH, T, T], the T x T way of attention only
+        float* lse;                  // [L, B, NH, T], attention's logsumexps (the flash way)
         Act* residual2;              // [L, B, T, C]
         Act* ln2;                    // [L, B, T, C]
         float *ln2_mean, *ln2_rstd;  // [L, B, T]
@@ -153,7 +154,7 @@ class Gpt {
         float* losses;               // [B, T]
         // Scratch shared by the layers
         Act* projection;         // [B, T, C]: a linear layer's output before the residual add
-        Act* attention_scratch;  // [6, B, T, C]
+        Act* attention_scratch;  // kAttentionScratch bytes per B * T * C element (ops.h)
         Act* scores;             // [B, NH, T, T]: preatt in the forward, datt in the backward
         Act* dresidual;          // [B, T, C]
         Act* dbtc;               // [B, T, C]
@@ -167,6 +168,7 @@ class Gpt {
     int* bucket_data_ = nullptr;  // TokenBuckets' arrays
     TokenBuckets buckets_{};
     float* norm_ = nullptr;  // one float: the squared gradient norm
+    std::size_t score_elements_ = 0;  // of att per layer: B * NH * T * T, or 0 (flash way)
     std::vector<float> host_losses_;
 };
 

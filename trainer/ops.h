@@ -20,6 +20,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstddef>
 #include <string>
 
 namespace trainer {
@@ -35,6 +36,12 @@ struct TokenBuckets {
     const int* start;      // [count + 1]: bucket k holds positions[start[k] .. start[k + 1])
     const int* positions;  // [B * T]: flat positions b * T + t, in increasing order per bucket
 };
+
+// The attention ops' scratch, in bytes per B * T * C element: 5 Act tensors (q, k, v, out and
+// dout per head) followed by 3 float ones (the flash backward's dq, dk, dv), which also holds the
+// T x T way's 6 Act tensors.
+template <typename Act>
+constexpr std::size_t kAttentionScratch = 5 * sizeof(Act) + 3 * sizeof(float);
 
 template <typename Act>
 struct Ops {
@@ -65,16 +72,22 @@ struct Ops {
     void (*linear_backward)(Act* dinp, float* dweight, float* dbias, const Act* dout,
                             const Act* inp, const Act* weight, int rows, int C, int OC);
 
-    // Causal multi-head self-attention. qkv [B, T, 3C] holds q, k, v side by side; out [B, T, C].
-    // att [B, NH, T, T] keeps the probabilities for the backward; scratch holds 3 * B*T*C for
-    // q, k, v rearranged per head and preatt holds B * NH * T * T (both reused by every layer).
-    void (*attention_forward)(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv, int B,
-                              int T, int C, int NH);
-    // dqkv [B, T, 3C] written from dout [B, T, C]; scratch as above plus 3 * B*T*C more for the
-    // gradients per head, datt B * NH * T * T.
-    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
-                               const Act* att, int B, int T, int C, int NH);
-
+    // Causal multi-head self-attention, in one of two ways chosen by the head size
+    // (attention_keeps_scores): flash attention, which keeps only lse, each query row's
+    // logsumexp of its scaled scores [B, NH, T]; or the T x T way, which keeps att
+    // [B, NH, T, T], the probabilities, and uses preatt (B * NH * T * T, reused by every layer)
+    // for the scores. The buffers a way does not use may be null. qkv [B, T, 3C] holds q, k, v
+    // side by side; out [B, T, C]. scratch: kAttentionScratch (below), reused by every layer.
+    void (*attention_forward)(Act* out, float* lse, Act* att, Act* scratch, Act* preatt,
+                              const Act* qkv, int B, int T, int C, int NH);
+    // dqkv [B, T, 3C] written from dout [B, T, C], given the forward's qkv, out and what it kept
+    // (lse or att); datt as preatt above.
+    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout,
+                               const Act* qkv, const Act* out, const float* lse, const Act* att,
+                               int B, int T, int C, int NH);
+    // Whether attention with heads of head_size elements takes the T x T way (att and preatt
+    // needed) on this GPU and build.
+    bool (*attention_keeps_scores)(int head_size);
     // out = GELU(inp) (the tanh approximation of GPT-2), n elements
     void (*gelu_forward)(Act* out, const Act* inp, long long n);
     // dinp = GELU'(inp) * dout (dinp may alias dout)

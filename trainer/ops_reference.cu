@@ -1,13 +1,17 @@
 // trainer/ops_reference: the course's reference implementation of every op of the GPT trainer.
 //
-// Teaches: what a transformer's training step is made of at the kernel level. The matrix
-// products (every linear layer, and attention's two products per head) go to cuBLASLt with
-// float accumulation, the bias added in the GEMM's epilogue; everything between them is a
-// memory-bound kernel, written here one per op: embedding, LayerNorm (a warp per row), causal
-// softmax (a warp per row), GELU, the residual add, a fused softmax cross-entropy that writes its
-// gradient over the logits, and a fused AdamW. Every reduction into a parameter gradient runs in
-// a fixed order, so a run is bit-for-bit repeatable. In the all-fp32 mode, LayerNorm's forward
-// and the causal softmax are module 06's fast references, called through their contracts.
+// Teaches: what a transformer's training step is made of at the kernel level. The matrix products
+// (every linear layer, and attention's two products per head) go to cuBLASLt with float
+// accumulation, the bias added in the GEMM's epilogue; everything between them is a memory-bound
+// kernel, written here one per op: embedding, LayerNorm (a warp per row), causal softmax (a warp
+// per row), GELU, the residual add, a fused softmax cross-entropy that writes its gradient over the
+// logits, and a fused AdamW. Attention in bf16 with heads of 64 or 128 is module 07's flash
+// attention (the fast references of flash_tc and flash_backward, through their contracts) on GPUs
+// with bf16 tensor cores; elsewhere the scores are written out and softmaxed between two products.
+// Every reduction into a parameter gradient runs in a fixed order; so does everything else but the
+// flash backward's dq, whose float atomics make bf16 runs with flash attention repeat to rounding
+// rather than bit for bit. In the all-fp32 mode, LayerNorm's forward and the causal softmax are
+// module 06's fast references, called through their contracts.
 //
 // Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
 // Interface: ops.h
@@ -28,6 +32,9 @@
 #include <vector>
 
 #include "course/exercise.h"
+#include "course/launch.h"
+#include "flash_backward.h"  // module 07: attention backward, bf16 (flash_backward_fast.cu)
+#include "flash_tc.h"        // module 07: attention forward, bf16 (flash_tc_fast.cu)
 #include "layernorm.h"  // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
 #include "softmax_causal.h"  // module 06: causal softmax, fp32 (softmax_causal.cu)
@@ -380,59 +387,91 @@ constexpr int kNormBackwardRowsPerBlock = 32;
 
 // A warp per row for dinp; each warp sums its rows' dweight and dbias terms into its own slice
 // of shared memory, then the block adds the warps' slices in order into its partial row:
-// partials[block] holds C dweight sums then C dbias sums.
-template <typename Act>
+// partials[block] holds C dweight sums then C dbias sums. Each lane moves W consecutive columns
+// at a time (16 bytes where C allows): a warp's requests are then 512 contiguous bytes, enough in
+// flight to keep the memory busy (with one value per lane, the kernel ran at a tenth of it).
+constexpr int kNormBackwardWarps = 8;
+
+template <typename Act, int W>
 __global__ void layernorm_backward_kernel(Act* dinp, float* partials, const Act* dout,
                                           const Act* inp, const Act* weight, const float* mean,
                                           const float* rstd, int rows, int C) {
-    extern __shared__ float sums[];  // [kNormWarps][2 * C]
+    using Vec = Pack<Act, W>;
+    extern __shared__ float sums[];  // [kNormBackwardWarps][2 * C]
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     float* warp_sums = sums + static_cast<long long>(warp) * 2 * C;
     for (int c = lane; c < 2 * C; c += kWarp) warp_sums[c] = 0.0f;
+    const int packs = C / W;
+    const Vec* weights = reinterpret_cast<const Vec*>(weight);
     const int first_row = blockIdx.x * kNormBackwardRowsPerBlock;
     const int last_row = min(first_row + kNormBackwardRowsPerBlock, rows);
-    for (int row = first_row + warp; row < last_row; row += kNormWarps) {
+    for (int row = first_row + warp; row < last_row; row += kNormBackwardWarps) {
         const long long offset = static_cast<long long>(row) * C;
+        const Vec* x = reinterpret_cast<const Vec*>(inp + offset);
+        const Vec* dy = reinterpret_cast<const Vec*>(dout + offset);
+        Vec* dx = reinterpret_cast<Vec*>(dinp + offset);
         const float row_mean = mean[row], row_rstd = rstd[row];
         // xhat = (x - mean) * rstd, g = dout * weight; the two row means of the formula:
         float g_sum = 0.0f, g_xhat_sum = 0.0f;
-        for (int c = lane; c < C; c += kWarp) {
-            const float xhat = (to_float(inp[offset + c]) - row_mean) * row_rstd;
-            const float g = to_float(dout[offset + c]) * to_float(weight[c]);
-            g_sum += g;
-            g_xhat_sum += g * xhat;
+        for (int p = lane; p < packs; p += kWarp) {
+            const Vec xs = x[p], dys = dy[p], ws = weights[p];
+            for (int k = 0; k < W; ++k) {
+                const float xhat = (to_float(xs.value[k]) - row_mean) * row_rstd;
+                const float g = to_float(dys.value[k]) * to_float(ws.value[k]);
+                g_sum += g;
+                g_xhat_sum += g * xhat;
+            }
         }
         const float g_mean = warp_sum(g_sum) / C, g_xhat_mean = warp_sum(g_xhat_sum) / C;
-        for (int c = lane; c < C; c += kWarp) {
-            const float xhat = (to_float(inp[offset + c]) - row_mean) * row_rstd;
-            const float dy = to_float(dout[offset + c]);
-            const float g = dy * to_float(weight[c]);
-            const float dx = row_rstd * (g - g_mean - xhat * g_xhat_mean);
-            dinp[offset + c] = from_float<Act>(to_float(dinp[offset + c]) + dx);
-            warp_sums[c] += dy * xhat;
-            warp_sums[C + c] += dy;
+        for (int p = lane; p < packs; p += kWarp) {
+            const Vec xs = x[p], dys = dy[p], ws = weights[p];
+            Vec dxs = dx[p];
+            for (int k = 0; k < W; ++k) {
+                const int c = p * W + k;
+                const float xhat = (to_float(xs.value[k]) - row_mean) * row_rstd;
+                const float d = to_float(dys.value[k]);
+                const float g = d * to_float(ws.value[k]);
+                const float dxhat = row_rstd * (g - g_mean - xhat * g_xhat_mean);
+                dxs.value[k] = from_float<Act>(to_float(dxs.value[k]) + dxhat);
+                warp_sums[c] += d * xhat;
+                warp_sums[C + c] += d;
+            }
+            dx[p] = dxs;
         }
     }
     __syncthreads();
     for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
         float total = 0.0f;
-        for (int w = 0; w < kNormWarps; ++w) total += sums[static_cast<long long>(w) * 2 * C + c];
+        for (int w = 0; w < kNormBackwardWarps; ++w)
+            total += sums[static_cast<long long>(w) * 2 * C + c];
         partials[static_cast<long long>(blockIdx.x) * 2 * C + c] = total;
     }
 }
 
-// dweight[c] += sum over blocks of partials[block][c], in block order (and dbias likewise).
+// dweight[c] += sum over blocks of partials[block][c] (and dbias[c] from column C + c). A block
+// of 32 x kPartialLanes threads per 32 columns: lane (x, y) adds the partial rows y, y +
+// kPartialLanes, ... of column x (a warp reads 32 contiguous floats), then the kPartialLanes
+// sums of a column are added in order: a fixed order, so the same bits on every run, with
+// hundreds of independent loads in flight instead of one long chain per column.
+constexpr int kPartialLanes = 32;
+
 __global__ void add_partials_kernel(float* dweight, float* dbias, const float* partials, int blocks,
                                     int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float weight_sum = 0.0f, bias_sum = 0.0f;
-    for (int b = 0; b < blocks; ++b) {
-        weight_sum += partials[static_cast<long long>(b) * 2 * C + c];
-        bias_sum += partials[static_cast<long long>(b) * 2 * C + C + c];
-    }
-    dweight[c] += weight_sum;
-    dbias[c] += bias_sum;
+    __shared__ float sums[kPartialLanes][kWarp + 1];  // +1: the column reads below are conflict-free
+    const int column = blockIdx.x * kWarp + threadIdx.x;  // of the 2C: dweight's, then dbias's
+    float sum = 0.0f;
+    if (column < 2 * C)
+        for (int b = threadIdx.y; b < blocks; b += kPartialLanes)
+            sum += partials[static_cast<long long>(b) * 2 * C + column];
+    sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || column >= 2 * C) return;
+    float total = 0.0f;
+    for (int y = 0; y < kPartialLanes; ++y) total += sums[y][threadIdx.x];
+    if (column < C)
+        dweight[column] += total;
+    else
+        dbias[column - C] += total;
 }
 
 // Scratch that grows to the largest request and is reused (the ops run one after another on
@@ -448,26 +487,39 @@ float* scratch_floats(long long n) {
     return buffer;
 }
 
+template <typename Act, int W>
+void launch_layernorm_backward(Act* dinp, float* partials, const Act* dout, const Act* inp,
+                               const Act* weight, const float* mean, const float* rstd, int rows,
+                               int C, int blocks) {
+    static bool opted_in = false;
+    if (!opted_in) {
+        course::opt_in_shared_bytes(layernorm_backward_kernel<Act, W>);
+        opted_in = true;
+    }
+    const std::size_t shared = static_cast<std::size_t>(kNormBackwardWarps) * 2 * C * sizeof(float);
+    layernorm_backward_kernel<Act, W><<<blocks, kNormBackwardWarps * kWarp, shared>>>(
+        dinp, partials, dout, inp, weight, mean, rstd, rows, C);
+    CUDA_CHECK_LAUNCH();
+}
+
 template <typename Act>
 void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
                         const Act* weight, const float* mean, const float* rstd, int rows, int C) {
     const int blocks = course::ceil_div(rows, kNormBackwardRowsPerBlock);
     float* partials = scratch_floats(static_cast<long long>(blocks) * 2 * C);
-    const std::size_t shared = static_cast<std::size_t>(kNormWarps) * 2 * C * sizeof(float);
-    static bool opted_in = false;
-    if (!opted_in) {
-        course::opt_in_shared_bytes(layernorm_backward_kernel<Act>);
-        opted_in = true;
-    }
-    layernorm_backward_kernel<<<blocks, kNormWarps * kWarp, shared>>>(dinp, partials, dout, inp,
-                                                                      weight, mean, rstd, rows, C);
-    CUDA_CHECK_LAUNCH();
-    add_partials_kernel<<<course::ceil_div(C, kElementwiseBlock), kElementwiseBlock>>>(
+    constexpr int kWide = 16 / sizeof(Act);  // values per 16 bytes (rows start aligned if C allows)
+    if (C % kWide == 0)
+        launch_layernorm_backward<Act, kWide>(dinp, partials, dout, inp, weight, mean, rstd, rows,
+                                              C, blocks);
+    else
+        launch_layernorm_backward<Act, 1>(dinp, partials, dout, inp, weight, mean, rstd, rows, C,
+                                          blocks);
+    add_partials_kernel<<<course::ceil_div(2 * C, kWarp), dim3(kWarp, kPartialLanes)>>>(
         dweight, dbias, partials, blocks, C);
     CUDA_CHECK_LAUNCH();
 }
 
-// ---- Attention: cuBLAS products per head and a causal softmax between them ----
+// ---- Attention, the T x T way: cuBLAS products per head and a causal softmax between them ----
 
 // `count` tensors side by side per position, packed [B, T, count, NH, HS] (qkv: count 3), to one
 // [B, NH, T, HS] tensor after another in `heads` (q, k, v). A warp per row of HS elements: the
@@ -486,25 +538,26 @@ __global__ void split_heads_kernel(Act* heads, const Act* packed, int count, int
     for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from[d];
 }
 
-// The inverse: heads [count][B, NH, T, HS] -> out [B, T, count, NH, HS].
-template <typename Act>
-__global__ void merge_heads_kernel(Act* out, const Act* heads, int count, int B, int T, int NH,
+// The inverse: heads [count][B, NH, T, HS] -> out [B, T, count, NH, HS], converted to the output's
+// type (the flash backward's float gradients to Act).
+template <typename Act, typename Head>
+__global__ void merge_heads_kernel(Act* out, const Head* heads, int count, int B, int T, int NH,
                                    int HS) {
     const int rows = count * B * NH * T;
     const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
     if (row >= rows) return;
     const int t = row % T, h = row / T % NH, b = row / (T * NH) % B, which = row / (T * NH * B);
     Act* to = out + ((static_cast<long long>(b) * T + t) * count + which) * NH * HS + h * HS;
-    const Act* from = heads + static_cast<long long>(row) * HS;
-    for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from[d];
+    const Head* from = heads + static_cast<long long>(row) * HS;
+    for (int d = threadIdx.x % kWarp; d < HS; d += kWarp) to[d] = from_float<Act>(to_float(from[d]));
 }
 
 constexpr int kHeadRowsPerBlock = 8;  // warps per block
 
 // Launches either kernel over `count` tensors of B * NH * T rows.
-template <typename Act>
-void rearrange_heads(void (*kernel)(Act*, const Act*, int, int, int, int, int), Act* to,
-                     const Act* from, int count, int B, int T, int NH, int HS) {
+template <typename To, typename From>
+void rearrange_heads(void (*kernel)(To*, const From*, int, int, int, int, int), To* to,
+                     const From* from, int count, int B, int T, int NH, int HS) {
     const int rows = count * B * NH * T;
     kernel<<<course::ceil_div(rows, kHeadRowsPerBlock), kHeadRowsPerBlock * kWarp>>>(
         to, from, count, B, T, NH, HS);
@@ -656,8 +709,8 @@ void causal_softmax_backward(Act* datt, const Act* att, long long rows, int T, f
 }
 
 template <typename Act>
-void attention_forward(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv, int B, int T,
-                       int C, int NH) {
+void scores_attention_forward(Act* out, Act* att, Act* scratch, Act* preatt, const Act* qkv,
+                              int B, int T, int C, int NH) {
     const int HS = C / NH;
     const long long btc = static_cast<long long>(B) * T * C;
     Act* q = scratch;
@@ -678,12 +731,12 @@ void attention_forward(Act* out, Act* att, Act* scratch, Act* preatt, const Act*
     Act* y = q;
     gemm<Act, Act>(y, v, att, nullptr, HS, T, T, false, false, HS, T, HS, 1.0f, 0.0f, heads,
                    head_stride, score_stride, head_stride);
-    rearrange_heads(merge_heads_kernel<Act>, out, y, 1, B, T, NH, HS);
+    rearrange_heads(merge_heads_kernel<Act, Act>, out, y, 1, B, T, NH, HS);
 }
 
 template <typename Act>
-void attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
-                        const Act* att, int B, int T, int C, int NH) {
+void scores_attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout,
+                               const Act* qkv, const Act* att, int B, int T, int C, int NH) {
     const int HS = C / NH;
     const long long btc = static_cast<long long>(B) * T * C;
     const Act* q = scratch;
@@ -715,7 +768,85 @@ void attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout, con
                    head_stride, score_stride, head_stride);
     gemm<Act, Act>(dq, k, datt, nullptr, HS, T, T, false, false, HS, T, HS, 1.0f, 0.0f, heads,
                    head_stride, score_stride, head_stride);
-    rearrange_heads(merge_heads_kernel<Act>, dqkv, dq, 3, B, T, NH, HS);
+    rearrange_heads(merge_heads_kernel<Act, Act>, dqkv, dq, 3, B, T, NH, HS);
+}
+
+// ---- Attention, the flash way: module 07's kernels (bf16, heads of 64 or 128) ----
+//
+// No T x T buffer: the forward keeps each row's logsumexp, the backward recomputes the
+// probabilities from it. The kernels take [B, NH, T, HS] tensors, so q, k, v (and out, dout)
+// are split per head around them as in the T x T way.
+
+__global__ void tensor_core_probe_kernel() {}
+
+// Module 07's kernels need bf16 tensor cores (sm_80) in this build and on this GPU.
+bool flash_attention_runs_here() {
+    static const bool runs = [] {
+        int device = 0, major = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+        return major >= 8 && course::compiled_arch(tensor_core_probe_kernel) >= 80;
+    }();
+    return runs;
+}
+
+template <typename Act>
+bool attention_keeps_scores(int head_size) {
+    return !(std::is_same_v<Act, bf16> && (head_size == 64 || head_size == 128) &&
+             flash_attention_runs_here());
+}
+
+void flash_attention_forward(bf16* out, float* lse, bf16* scratch, const bf16* qkv, int B, int T,
+                             int C, int NH) {
+    const int HS = C / NH;
+    const long long btc = static_cast<long long>(B) * T * C;
+    bf16 *q = scratch, *k = scratch + btc, *v = scratch + 2 * btc, *y = scratch + 3 * btc;
+    rearrange_heads(split_heads_kernel<bf16>, q, qkv, 3, B, T, NH, HS);
+    ::flash_tc(q, k, v, y, lse, B, NH, T, HS, 1.0f / std::sqrt(static_cast<float>(HS)), true);
+    rearrange_heads(merge_heads_kernel<bf16, bf16>, out, y, 1, B, T, NH, HS);
+}
+
+void flash_attention_backward(bf16* dqkv, bf16* scratch, const bf16* dout, const bf16* qkv,
+                              const bf16* out, const float* lse, int B, int T, int C, int NH) {
+    const int HS = C / NH;
+    const long long btc = static_cast<long long>(B) * T * C;
+    bf16 *q = scratch, *k = scratch + btc, *v = scratch + 2 * btc, *y = scratch + 3 * btc,
+         *dy = scratch + 4 * btc;
+    // dq, dk, dv in float, one after another (merged back as one count-3 tensor)
+    float* dq = reinterpret_cast<float*>(scratch + 5 * btc);
+    rearrange_heads(split_heads_kernel<bf16>, q, qkv, 3, B, T, NH, HS);
+    rearrange_heads(split_heads_kernel<bf16>, y, out, 1, B, T, NH, HS);
+    rearrange_heads(split_heads_kernel<bf16>, dy, dout, 1, B, T, NH, HS);
+    ::flash_backward(q, k, v, y, dy, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
+                     1.0f / std::sqrt(static_cast<float>(HS)), true);
+    rearrange_heads(merge_heads_kernel<bf16, float>, dqkv, dq, 3, B, T, NH, HS);
+}
+
+// ---- Attention: the way the head size allows ----
+
+template <typename Act>
+void attention_forward(Act* out, float* lse, Act* att, Act* scratch, Act* preatt, const Act* qkv,
+                       int B, int T, int C, int NH) {
+    if constexpr (std::is_same_v<Act, bf16>) {
+        if (!attention_keeps_scores<Act>(C / NH)) {
+            flash_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
+            return;
+        }
+    }
+    scores_attention_forward(out, att, scratch, preatt, qkv, B, T, C, NH);
+}
+
+template <typename Act>
+void attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
+                        const Act* out, const float* lse, const Act* att, int B, int T, int C,
+                        int NH) {
+    if constexpr (std::is_same_v<Act, bf16>) {
+        if (!attention_keeps_scores<Act>(C / NH)) {
+            flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+            return;
+        }
+    }
+    scores_attention_backward(dqkv, scratch, datt, dout, qkv, att, B, T, C, NH);
 }
 
 // ---- GELU and the residual add ----
@@ -926,6 +1057,7 @@ const Ops<Act> kReference = {
     linear_backward<Act>,
     attention_forward<Act>,
     attention_backward<Act>,
+    attention_keeps_scores<Act>,
     gelu_forward<Act>,
     gelu_backward<Act>,
     residual_forward<Act>,
@@ -996,6 +1128,7 @@ const Ops<Act> kProfile = {
     Timed<5, linear_backward<Act>>::call,
     Timed<6, attention_forward<Act>>::call,
     Timed<7, attention_backward<Act>>::call,
+    attention_keeps_scores<Act>,
     Timed<8, gelu_forward<Act>>::call,
     Timed<9, gelu_backward<Act>>::call,
     Timed<10, residual_forward<Act>>::call,

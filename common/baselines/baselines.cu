@@ -13,6 +13,7 @@
 
 #include "course/baseline_table.h"
 #include "course/check.h"
+#include "scratch.h"
 
 namespace course::baseline::library {
 
@@ -38,24 +39,15 @@ cublasHandle_t cublas() {
     return handle;
 }
 
-// CUB's temporary storage: grown on demand, never shrunk.
-void* scratch(std::size_t bytes) {
-    static void* buffer = nullptr;
-    static std::size_t capacity = 0;
-    if (bytes > capacity) {
-        if (buffer) CUDA_CHECK(cudaFree(buffer));
-        CUDA_CHECK(cudaMalloc(&buffer, bytes));
-        capacity = bytes;
-    }
-    return buffer;
-}
+// CUB's temporary storage.
+Scratch cub_scratch;
 
 // CUB's two-phase call: ask for the scratch size, then run.
 template <class Call>
 void run_cub(Call call) {
     std::size_t bytes = 0;
     CUDA_CHECK(call(nullptr, bytes));
-    CUDA_CHECK(call(scratch(bytes), bytes));
+    CUDA_CHECK(call(cub_scratch.get(bytes), bytes));
 }
 
 }  // namespace
@@ -107,10 +99,20 @@ void cub_histogram_256(const std::uint8_t* data, std::size_t n, unsigned int* bi
 // The entry point course/baselines.h looks up by name (kTableSymbol).
 extern "C" const course::baseline::Table* course_baselines_table() {
     namespace library = course::baseline::library;
-    static const course::baseline::Table table{
-        library::device_copy,        library::cublas_sgemm,      library::cub_reduce_sum,
-        library::cub_inclusive_scan, library::cub_histogram_256, library::cudnn_available,
-        library::cudnn_softmax,      library::cublas_gemm_bf16,  library::nccl_available,
-        library::nccl_all_reduce_sum};
+    static const course::baseline::Table table{library::device_copy,
+                                               library::cublas_sgemm,
+                                               library::cub_reduce_sum,
+                                               library::cub_inclusive_scan,
+                                               library::cub_histogram_256,
+                                               library::cudnn_available,
+                                               library::cudnn_softmax,
+                                               library::cublas_gemm_bf16,
+                                               library::cublas_attention_f32,
+                                               library::cublas_attention_bf16,
+                                               library::cublas_attention_backward_bf16,
+                                               library::cudnn_attention_bf16,
+                                               library::cudnn_attention_backward_bf16,
+                                               library::nccl_available,
+                                               library::nccl_all_reduce_sum};
     return &table;
 }

@@ -18,6 +18,24 @@ bool cudnn_available();
 void cudnn_softmax(const float* in, float* out, int rows, int cols);
 void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
                       float* C);
+void cublas_attention_f32(const float* Q, const float* K, const float* V, float* O, int batch,
+                          int heads, int T, int D, float scale, bool causal);
+void cublas_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                           std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                           float scale, bool causal);
+void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                    const std::uint16_t* V, const std::uint16_t* O,
+                                    const std::uint16_t* dO, const float* L, float* dQ, float* dK,
+                                    float* dV, int batch, int heads, int T, int D, float scale,
+                                    bool causal);
+void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                          std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                          float scale, bool causal);
+void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                   const std::uint16_t* V, const std::uint16_t* O,
+                                   const std::uint16_t* dO, const float* L, std::uint16_t* dQ,
+                                   std::uint16_t* dK, std::uint16_t* dV, int batch, int heads,
+                                   int T, int D, float scale, bool causal);
 bool nccl_available();
 void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count, Element element);
 

@@ -3,9 +3,11 @@
 # <module>.<id>.emulated in bin/ and the CTest test of that name (label emulated); where the
 # exercise has a fast reference, that one too, as <module>.<id>.emulated_fast (CTest only: the
 # grader's --emulate grades the readable solutions). The checkers' timing cases skip there: the
-# emulated GPU reports 512 MB free. COURSE_EMULATED_MODULES names the modules the emulator can run
-# (not those whose kernels use inline PTX, cp.async, TMA or tensor cores: dev/README.md).
-set(COURSE_EMULATED_MODULES 06_softmax_norms CACHE STRING
+# emulated GPU reports 512 MB free; so do the cases a checker marks COURSE_SKIP_ON_EMULATOR.
+# COURSE_EMULATED_MODULES names the modules the emulator can run: not those whose kernels use TMA,
+# wgmma or inline PTX of their own (dev/README.md); module 07's tensor-core instructions are
+# carried out on the host by modules/07_attention/tensor_core.h here.
+set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention CACHE STRING
     "Modules whose solutions run on the CPU emulator (the emulated variant)")
 
 find_package(Python3 3.10 REQUIRED COMPONENTS Interpreter)
@@ -31,10 +33,11 @@ function(emu_translate variable source)
 endfunction()
 
 # What every emulated target compiles with: the shadow CUDA headers ahead of everything, device
-# code compiled as for Hopper (course/cluster.h then uses clusters, which the emulator has).
+# code compiled as for Hopper (course/cluster.h then uses clusters, which the emulator has), and
+# COURSE_EMULATOR defined (course::emulated(): the checkers skip what would take minutes here).
 function(emu_compile_as_device target)
   target_include_directories(${target} BEFORE PRIVATE "${COURSE_EMU_DIR}/shadow" "${COURSE_EMU_DIR}")
-  target_compile_definitions(${target} PRIVATE __CUDA_ARCH__=900)
+  target_compile_definitions(${target} PRIVATE __CUDA_ARCH__=900 COURSE_EMULATOR)
   target_compile_options(${target} PRIVATE -Wno-unknown-pragmas)
 endfunction()
 
@@ -42,9 +45,10 @@ emu_translate(buffer "${PROJECT_SOURCE_DIR}/common/src/buffer.cu" SEQUENTIAL)
 emu_translate(bench "${PROJECT_SOURCE_DIR}/common/src/bench.cu" SEQUENTIAL)
 emu_translate(gpu "${PROJECT_SOURCE_DIR}/common/src/gpu.cu" SEQUENTIAL)
 emu_translate(hashed "${PROJECT_SOURCE_DIR}/common/src/hashed.cu" SEQUENTIAL)
+emu_translate(attention_gpu "${PROJECT_SOURCE_DIR}/common/src/attention_gpu.cu")
 # No baselines library: course/baselines.h then says "no baseline" (the timing cases that call
 # one skip before, for want of memory).
-add_library(course_emu_harness STATIC ${buffer} ${bench} ${gpu} ${hashed}
+add_library(course_emu_harness STATIC ${attention_gpu} ${buffer} ${bench} ${gpu} ${hashed}
             "${PROJECT_SOURCE_DIR}/common/src/large.cpp" "${PROJECT_SOURCE_DIR}/common/src/main.cpp")
 emu_compile_as_device(course_emu_harness)
 target_link_libraries(course_emu_harness PUBLIC course_harness_host GTest::gtest)
@@ -71,8 +75,12 @@ function(course_emulated_exercise)
     add_executable(${target} ${checker_source} ${solution_source})
     emu_compile_as_device(${target})
     # The translated files live in the build tree: their quoted includes need the originals'
-    # folders.
+    # folders, after modules/<module>/ of this folder where it exists: the module's headers of
+    # inline PTX, carried out on the host (a header there replaces the module's of that name).
     get_filename_component(checker_dir "${module_dir}/${EX_CHECKER}" DIRECTORY)
+    if(IS_DIRECTORY "${COURSE_EMU_DIR}/modules/${EX_MODULE}")
+      target_include_directories(${target} BEFORE PRIVATE "${COURSE_EMU_DIR}/modules/${EX_MODULE}")
+    endif()
     target_include_directories(${target} PRIVATE "${module_dir}" "${checker_dir}"
                                                  "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}")
     target_compile_definitions(${target} PRIVATE COURSE_MIN_SM=${EX_MIN_SM})

@@ -1,8 +1,10 @@
-// A CPU stand-in for the CUDA device features that the module-06 kernels use (dev/README.md).
-// Each GPU thread is a fiber with its own stack. The emulator runs one cluster of blocks at a
-// time, and its fibers take turns (a ready queue) where a GPU thread waits for others:
+// A CPU stand-in for the CUDA device features that the kernels of modules 06 and 07 use
+// (dev/README.md). Each GPU thread is a fiber with its own stack. The emulator runs one cluster of
+// blocks at a time, and its fibers take turns (a ready queue) where a GPU thread waits for others:
 //  - block barriers;
-//  - warp shuffles, through per-warp slots between two warp barriers;
+//  - warp shuffles, through per-warp slots between two warp barriers, and __syncwarp;
+//  - warp-wide instructions (mma.sync, ldmatrix: modules/), which the last lane to arrive
+//    carries out for the whole warp;
 //  - the split cluster barrier.
 // Each block has its own shared-memory arena. Distributed shared memory is the same offset in
 // another block's arena. Timing is not modelled.
@@ -42,9 +44,11 @@ struct Dim3 {
     Dim3() = default;
     Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
+struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
@@ -58,6 +62,13 @@ template <class T> T __ldcg(const T* p) { return *p; }
 inline void __threadfence() {}
 // Atomics: threads switch only where they wait for each other, so a read-modify-write is atomic.
 template <class T> T atomicAdd(T* p, T v) { const T old = *p; *p = old + v; return old; }
+// Hopper's vector atomics (sm_90): each component added on its own, as there.
+inline float2 atomicAdd(float2* p, float2 v) {
+    const float2 old = *p;
+    p->x += v.x;
+    p->y += v.y;
+    return old;
+}
 template <class T> T atomicMin(T* p, T v) { const T old = *p; if (v < old) *p = v; return old; }
 
 // The built-in indices: the scheduler sets them before it runs (or resumes) a thread.
@@ -111,11 +122,17 @@ struct Cluster {
     unsigned phase = 0;
     unsigned live = 0;
 };
+// A fiber's stack. The first thread on it enters it through makecontext/setcontext; when a
+// thread returns, the stack waits at `idle`, and the next thread given this stack (in this
+// cluster, a later one or a later launch) starts there with a _longjmp. Every switch is then a
+// _setjmp/_longjmp, which (unlike the ucontext calls) makes no system call for the signal mask.
+struct Stack {
+    char* base = nullptr;
+    bool entered = false;
+    jmp_buf idle;
+};
 struct Fiber {
-    // A thread enters its own stack once through makecontext/setcontext; after that, switches
-    // use _setjmp/_longjmp, which (unlike the ucontext calls) make no system call for the
-    // signal mask.
-    ucontext_t context;
+    Stack* stack = nullptr;
     jmp_buf where;
     bool started = false;
     Dim3 thread, block;
@@ -179,6 +196,32 @@ T shuffle(unsigned mask, T value, unsigned source) {
     return out;
 }
 
+// __syncwarp: the warp's barrier, for all 32 lanes.
+inline void sync_warp(unsigned mask) {
+    Warp& w = *current->warp;
+    if (mask != 0xffffffffu || w.live != 32) fail("a __syncwarp without all 32 lanes");
+    wait_at(w.barrier, w.live);
+}
+
+// A warp-wide instruction (mma.sync, ldmatrix): every lane posts a pointer to its `Operands`
+// (inputs, and room for its results), and the last lane to arrive calls `execute` with the 32
+// lanes' pointers, in lane order, before any lane runs on: it reads every lane's inputs and writes
+// every lane's results. One pass through the warp barrier, where a shuffle per element would take
+// one per value moved.
+template <class Operands, class Execute>
+void warp_instruction(Operands& mine, Execute execute) {
+    Warp& w = *current->warp;
+    if (w.live != 32) fail("a warp-wide instruction without all 32 lanes");
+    Operands* own = &mine;
+    std::memcpy(&w.slots[current->lane], &own, sizeof own);
+    if (++w.barrier.count != w.live) return park(w.barrier);
+    Operands* lanes[32];
+    for (unsigned lane = 0; lane < 32; ++lane)
+        std::memcpy(&lanes[lane], &w.slots[lane], sizeof lanes[lane]);
+    execute(lanes);
+    open(w.barrier);
+}
+
 template <class T, int kId>
 T& shared() {
     static char key;
@@ -219,17 +262,20 @@ inline void cluster_wait() {
     if (current_cluster->phase == current->arrived_in_phase) park(current_cluster->barrier);
 }
 
+// The bottom of every stack: runs a thread, then waits for the next one.
 [[noreturn]] inline void trampoline() {
-    body();
-    Fiber& f = *current;
-    Cluster& c = *current_cluster;
-    --f.warp->live;
-    --f.home->live;
-    --c.live;
-    open_if_complete(f.warp->barrier, f.warp->live);
-    open_if_complete(f.home->barrier, f.home->live);
-    end_phase_if_complete(c);
-    _longjmp(scheduler_where, 1);  // this thread's stack is never entered again
+    for (;;) {
+        body();
+        Fiber& f = *current;
+        Cluster& c = *current_cluster;
+        --f.warp->live;
+        --f.home->live;
+        --c.live;
+        open_if_complete(f.warp->barrier, f.warp->live);
+        open_if_complete(f.home->barrier, f.home->live);
+        end_phase_if_complete(c);
+        if (_setjmp(f.stack->idle) == 0) _longjmp(scheduler_where, 1);
+    }
 }
 
 // A fault in a kernel leaves the launch through fault_exit, with its error.
@@ -287,8 +333,19 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
         current = nullptr;
         sequential = false;
     };
+    const unsigned threads = cluster_size * block_threads;
+    // One stack per thread of a cluster, reused by every cluster and every launch (after a fault
+    // its threads are abandoned wherever they were: each stack is entered afresh).
+    static std::unique_ptr<char[]> stack_memory;
+    static std::vector<Stack> stacks;
+    if (!one_by_one && stacks.size() < threads) {
+        stack_memory.reset(new char[threads * kStackBytes]);
+        stacks.assign(threads, Stack{});
+        for (unsigned i = 0; i < threads; ++i) stacks[i].base = stack_memory.get() + i * kStackBytes;
+    }
     catch_faults();
     if (sigsetjmp(fault_exit, 1) != 0) {  // a thread faulted: the launch ends here
+        for (Stack& stack : stacks) stack.entered = false;
         end_launch();
         return;
     }
@@ -297,14 +354,6 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
     ::blockDim = block;
     body = kernel_call;
     sequential = one_by_one;
-    const unsigned threads = cluster_size * block_threads;
-    // One stack per thread of a cluster, reused by every cluster and every launch.
-    static std::unique_ptr<char[]> stacks;
-    static std::size_t stacks_bytes = 0;
-    if (!one_by_one && stacks_bytes < threads * kStackBytes) {
-        stacks_bytes = threads * kStackBytes;
-        stacks.reset(new char[stacks_bytes]);
-    }
     std::vector<std::unique_ptr<unsigned char[]>> arenas(cluster_size);
     for (auto& arena : arenas) arena.reset(new unsigned char[kStaticShared + dynamic]);
     std::vector<Fiber> fibers(threads);
@@ -337,11 +386,7 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
                 body();
                 continue;
             }
-            getcontext(&f.context);
-            f.context.uc_stack.ss_sp = stacks.get() + std::size_t(i) * kStackBytes;
-            f.context.uc_stack.ss_size = kStackBytes;
-            f.context.uc_link = nullptr;  // trampoline never returns
-            makecontext(&f.context, reinterpret_cast<void (*)()>(trampoline), 0);
+            f.stack = &stacks[i];
             ready.push_back(&f);
         }
         while (!ready.empty()) {
@@ -351,7 +396,16 @@ inline void run(Dim3 grid, Dim3 block, unsigned cluster_size, std::size_t dynami
             if (_setjmp(scheduler_where) != 0) continue;  // the thread parked or returned
             if (!f->started) {
                 f->started = true;
-                setcontext(&f->context);  // enters trampoline; comes back by _longjmp
+                Stack& stack = *f->stack;
+                if (stack.entered) _longjmp(stack.idle, 1);  // a thread's first switch
+                stack.entered = true;
+                ucontext_t context;
+                getcontext(&context);
+                context.uc_stack.ss_sp = stack.base;
+                context.uc_stack.ss_size = kStackBytes;
+                context.uc_link = nullptr;  // trampoline never returns
+                makecontext(&context, reinterpret_cast<void (*)()>(trampoline), 0);
+                setcontext(&context);  // enters trampoline; comes back by _longjmp
             }
             _longjmp(f->where, 1);
         }
@@ -391,6 +445,7 @@ Launch<Params...> launch_sequential(void (*kernel)(Params...), G grid, B block,
 }  // namespace emu
 
 inline void __syncthreads() { emu::wait_at(emu::current->home->barrier, emu::current->home->live); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::sync_warp(mask); }
 template <class T> T __shfl_sync(unsigned m, T v, int src) { return emu::shuffle(m, v, src); }
 template <class T> T __shfl_up_sync(unsigned m, T v, unsigned delta) {
     const unsigned lane = emu::current->lane;
@@ -398,4 +453,10 @@ template <class T> T __shfl_up_sync(unsigned m, T v, unsigned delta) {
 }
 template <class T> T __shfl_xor_sync(unsigned m, T v, int offset) {
     return emu::shuffle(m, v, emu::current->lane ^ offset);
+}
+// The vote as a butterfly of shuffles: every lane ends with the OR of all 32 predicates.
+inline int __any_sync(unsigned m, int predicate) {
+    int any = predicate != 0;
+    for (int offset = 1; offset < 32; offset *= 2) any |= __shfl_xor_sync(m, any, offset);
+    return any;
 }

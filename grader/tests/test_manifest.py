@@ -62,6 +62,10 @@ def test_a_valid_manifest_reads_with_defaults(tmp_path):
      "'fast_solution' names a file of solutions/<module>/, beside"),
     (lambda text: text.replace("target = 0.9", 'target = 0.9\n  fast_solution = "fast.cu"'),
      "write fast_solution on one line at column 0"),
+    (lambda text: text + 'case_targets = { "n=2^25" = 0.9, "n=2^20" = 0 }\n',
+     "'case_targets' maps timed-case labels to ratios > 0"),
+    (lambda text: text + 'case_targets = { "n=2^25" = 0.95 }\n',
+     "'target' must be the lowest of 'case_targets' (0.95)"),
 ])
 def test_manifest_problems_are_found(tmp_path, edit, problem):
     problems = problems_of(tmp_path, edit(HEADER + EXERCISE.format(id="vector_add")))
@@ -98,6 +102,19 @@ def test_a_fast_solution_is_optional(tmp_path):
     module, problems = read_module(module_dir)
     assert problems == []
     assert [exercise.fast_solution for exercise in module.exercises] == ["a_fast.cu", ""]
+
+
+def test_case_targets_name_the_judged_cases(tmp_path):
+    module_dir = tmp_path / "01_basics"
+    module_dir.mkdir()
+    (module_dir / "module.toml").write_text(
+        HEADER + EXERCISE.format(id="a") + 'case_targets = { "D128" = 0.9, "D128 causal" = 1 }\n'
+        + EXERCISE.format(id="b"))
+    module, problems = read_module(module_dir)
+    assert problems == []
+    a, b = module.exercises
+    assert a.case_targets == (("D128", 0.9), ("D128 causal", 1.0)) and a.target_text == "per case"
+    assert b.case_targets == () and b.target_text == ">= 90%"
 
 
 @pytest.mark.parametrize("selector, keys", [

@@ -77,6 +77,9 @@ def test_a_tensor_core_case_is_judged_against_cublas_bf16():
     assert (roofs.sgemm_tflop_s, roofs.tensor_tflop_s) == (50.0, 700.0)
     assert roofline.percent_of_roofline(cases[1], 1024, roofs) == pytest.approx(500 / 7)
     assert roofline.percent_of_roofline(cases[0], 683, roofs) == pytest.approx(80)
+    # Any bf16 library's case is tensor-core work (module 07's attention against cuDNN).
+    attention = case("TFLOP/s", 350.0, "cudnn_attention_bf16", 680.0)
+    assert roofline.percent_of_roofline(attention, 2048, roofs) == pytest.approx(50)
     # Without a tensor roof measured, a tensor-core case has none (not the SGEMM one).
     assert roofline.percent_of_roofline(cases[1], None, roofline.Roofs(3000.0, 50.0)) is None
 

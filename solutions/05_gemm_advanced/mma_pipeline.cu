@@ -27,6 +27,8 @@ constexpr int kBN = 128;               // columns of C per block
 constexpr int kBK = 64;                // k per step: 64 bf16 = one 128-byte swizzled row
 constexpr int kStages = 3;             // shared stages in the ring: kStages - 1 tiles in flight
 constexpr int kGroupRows = 8;          // tile rows per group of the block order
+constexpr int kBlocksPerSM = 2;        // two blocks' stages fit an SM: one computes during the
+                                       // other's barrier (at most 128 registers per thread)
 constexpr int kWarpsM = 2;             // warps along M ...
 constexpr int kWarpsN = 4;             // ... and along N
 constexpr int kWarpM = kBM / kWarpsM;  // 64 rows of C per warp
@@ -105,11 +107,16 @@ __device__ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4],
 // Starts the copy of rows row0 .. row0 + kRows - 1, columns k0 .. k0 + kBK - 1 of a row-major
 // matrix (`rows` x K) into a swizzled tile, as mma_gemm's load_tile does with plain loads; a chunk
 // outside the matrix is zero-filled (its source pointer, never read, is the matrix itself). The
-// block's kLoaders threads share the chunks.
+// block's kLoaders threads share the chunks, the same number each: with a trip count known at
+// compile time the loop unrolls, and a thread's chunks (rows kLoaders / 8 apart, the same chunk
+// column, so the same swizzle) cost an add each instead of a loop's worth of index arithmetic.
 template <int kRows, int kLoaders = kThreads>
 __device__ void load_tile_async(__nv_bfloat16* tile, const __nv_bfloat16* matrix, int rows, int K,
                                 int row0, int k0) {
-    for (int i = threadIdx.x; i < kRows * kChunksPerRow; i += kLoaders) {
+    static_assert(kRows * kChunksPerRow % kLoaders == 0, "every thread copies as many chunks");
+#pragma unroll
+    for (int n = 0; n < kRows * kChunksPerRow / kLoaders; ++n) {
+        const int i = threadIdx.x + n * kLoaders;
         const int r = i / kChunksPerRow, c = i % kChunksPerRow;
         const int row = row0 + r, k = k0 + c * kChunk;
         const bool inside = row < rows && k < K;
@@ -146,7 +153,7 @@ __device__ void load_fragments(Fragments& f, const __nv_bfloat16* a_tile,
 
 }  // namespace
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     mma_pipeline_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ A,
                         const __nv_bfloat16* __restrict__ B, float* __restrict__ C) {
     // The stages, in dynamic shared memory (more than the 48 KB a static array may have). The

@@ -1,7 +1,7 @@
-// The GPU model against the CPU double reference on the tiny preset: the loss, the logits and
-// every parameter's gradient in the all-fp32 mode (tight) and in mixed precision (loose); the
-// gradient accumulation, AdamW's first step with clipping, and bit-for-bit repeatability.
-// Skipped without a GPU.
+// The GPU model against the CPU double reference on the tiny preset, and on one layer of heads
+// of 64 (attention's flash way in bf16): the loss, the logits and every parameter's gradient in
+// the all-fp32 mode (tight) and in mixed precision (loose); the gradient accumulation, AdamW's
+// first step with clipping, and bit-for-bit repeatability. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -30,9 +30,9 @@ struct Reference {
     std::vector<double> logits, grads;
 };
 
-Reference cpu_reference(const std::vector<float>& params, const std::vector<int>& inputs,
-                        const std::vector<int>& targets) {
-    CpuGpt model(testing::tiny_config(), params);
+Reference cpu_reference(const GptConfig& config, const std::vector<float>& params,
+                        const std::vector<int>& inputs, const std::vector<int>& targets) {
+    CpuGpt model(config, params);
     Reference r;
     r.loss = model.forward(inputs, targets, kB, kT);
     r.logits = model.logits();
@@ -41,9 +41,9 @@ Reference cpu_reference(const std::vector<float>& params, const std::vector<int>
 }
 
 // Each tensor's gradient within `tolerance` of the reference, relative to the tensor's largest.
-void expect_grads_close(const std::vector<float>& got, const std::vector<double>& want,
-                        double tolerance) {
-    const ParamLayout layout = param_layout(testing::tiny_config());
+void expect_grads_close(const GptConfig& config, const std::vector<float>& got,
+                        const std::vector<double>& want, double tolerance) {
+    const ParamLayout layout = param_layout(config);
     for (int tensor = 0; tensor < kParamTensors; ++tensor) {
         double largest = 0.0, worst = 0.0;
         std::size_t worst_at = 0;
@@ -60,12 +60,12 @@ void expect_grads_close(const std::vector<float>& got, const std::vector<double>
 }
 
 template <typename Act>
-void check_against_cpu(double loss_tolerance, double logit_tolerance, double grad_tolerance) {
-    const GptConfig config = testing::tiny_config();
+void check_against_cpu(const GptConfig& config, double loss_tolerance, double logit_tolerance,
+                       double grad_tolerance) {
     const std::vector<float> params = testing::noisy_params(config, 11);
     std::vector<int> inputs, targets;
     testing::tokens(kB * kT, 13, &inputs, &targets);
-    const Reference want = cpu_reference(params, inputs, targets);
+    const Reference want = cpu_reference(config, params, inputs, targets);
 
     Gpt<Act> model(config, *ops_table<Act>("reference"), kB, kT);
     model.set_params(params);
@@ -82,17 +82,27 @@ void check_against_cpu(double loss_tolerance, double logit_tolerance, double gra
     const float loss =
         model.forward_backward(inputs.data(), targets.data(), kB, kT, 1.0f / (kB * kT));
     EXPECT_NEAR(loss, want.loss, loss_tolerance);
-    expect_grads_close(model.grads(), want.grads, grad_tolerance);
+    expect_grads_close(config, model.grads(), want.grads, grad_tolerance);
 }
 
 TEST(GpuModel, Fp32MatchesCpuReference) {
     if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU";
-    check_against_cpu<float>(1e-5, 1e-4, 1e-4);
+    check_against_cpu<float>(testing::tiny_config(), 1e-5, 1e-4, 1e-4);
 }
 
 TEST(GpuModel, Bf16MatchesCpuReferenceLoosely) {
     if (!gpu_present(8)) GTEST_SKIP() << "bf16 needs a GPU of compute capability 8.0 or newer";
-    check_against_cpu<bf16>(2e-2, 5e-2, 6e-2);
+    check_against_cpu<bf16>(testing::tiny_config(), 2e-2, 5e-2, 6e-2);
+}
+
+// Heads of 64: in bf16 on a GPU with bf16 tensor cores, attention takes the flash way (module
+// 07's kernels) instead of the tiny preset's T x T way.
+TEST(GpuModel, Bf16FlashAttentionMatchesCpuReferenceLoosely) {
+    if (!gpu_present(8)) GTEST_SKIP() << "bf16 needs a GPU of compute capability 8.0 or newer";
+    const GptConfig config = testing::head64_config();
+    ASSERT_FALSE(ops_table<bf16>("reference")->attention_keeps_scores(64))
+        << "bf16 heads of 64 should take the flash way on this GPU (is this build for sm_80+?)";
+    check_against_cpu<bf16>(config, 2e-2, 5e-2, 6e-2);
 }
 
 TEST(GpuModel, AccumulatedMicroBatchesEqualOneBatch) {

@@ -17,6 +17,15 @@ inline GptConfig tiny_config() {
     return config;
 }
 
+// One layer of two heads of 64: the head size of GPT-2 (attention's flash way in bf16).
+inline GptConfig head64_config() {
+    GptConfig config = tiny_config();
+    config.layers = 1;
+    config.channels = 128;
+    config.heads = 2;
+    return config;
+}
+
 inline std::vector<float> noisy_params(const GptConfig& config, std::uint64_t seed) {
     std::vector<float> params = initial_params(config, seed);
     std::uint64_t state = seed * 2654435761u + 1;

@@ -111,6 +111,56 @@ inline void cudnn_softmax(const float* in, float* out, int rows, int cols) {
     table().cudnn_softmax(in, out, rows, cols);
 }
 
+// Attention materialized with cuBLAS (module 07), Q, K, V, O of shape [batch][heads][T][D],
+// row-major: S = Q K^T by a strided-batched GEMM into a T x T buffer per head, a softmax kernel
+// over each row (scale, causal mask), O = P V by a second GEMM. Plain FP32 throughout.
+inline void cublas_attention_f32(const float* Q, const float* K, const float* V, float* O,
+                                 int batch, int heads, int T, int D, float scale, bool causal) {
+    table().cublas_attention_f32(Q, K, V, O, batch, heads, T, D, scale, causal);
+}
+
+// The same in bf16 (bits of __nv_bfloat16): S in float32, P in bf16, O in bf16, and L [batch]
+// [heads][T] the logsumexp of each row of scale * S (float32).
+inline void cublas_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                  const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                  int heads, int T, int D, float scale, bool causal) {
+    table().cublas_attention_bf16(Q, K, V, O, L, batch, heads, T, D, scale, causal);
+}
+
+// Its backward: S recomputed, P from L, dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+// dQ = scale dS K, dK = scale dS^T Q; five GEMMs, gradients in float32.
+inline void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                           const std::uint16_t* V, const std::uint16_t* O,
+                                           const std::uint16_t* dO, const float* L, float* dQ,
+                                           float* dK, float* dV, int batch, int heads, int T, int D,
+                                           float scale, bool causal) {
+    table().cublas_attention_backward_bf16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                           causal);
+}
+
+// cuDNN's fused flash attention (the kernels PyTorch's cuDNN backend runs), bf16 in and out, with
+// the same contract as cublas_attention_bf16: O, and L the logsumexp of each row of scale * S.
+// Throws, with the reason, where the course was built without cuDNN or cuDNN has no engine for
+// the shape (a GPU before Ampere, a cuDNN older than 9.6): module 07's checkers then time against
+// cuBLAS's attention instead.
+inline void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                 const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                 int heads, int T, int D, float scale, bool causal) {
+    table().cudnn_attention_bf16(Q, K, V, O, L, batch, heads, T, D, scale, causal);
+}
+
+// Its backward, as cublas_attention_backward_bf16's but with the gradients in bf16 (cuDNN writes
+// them in the inputs' type; it sums dQ in float32 internally).
+inline void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                          const std::uint16_t* V, const std::uint16_t* O,
+                                          const std::uint16_t* dO, const float* L,
+                                          std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV,
+                                          int batch, int heads, int T, int D, float scale,
+                                          bool causal) {
+    table().cudnn_attention_backward_bf16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                          causal);
+}
+
 // Whether the NCCL baselines can run here: the course was built with NCCL (COURSE_NCCL_ROOT,
 // common/CMakeLists.txt). Checkers skip their NCCL cases (with this reason) when it is false.
 inline bool nccl_available() { return loaded().table && table().nccl_available(); }

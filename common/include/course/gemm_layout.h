@@ -17,11 +17,9 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define COURSE_LAYOUT_FN __host__ __device__ constexpr
-#else
-#define COURSE_LAYOUT_FN constexpr
-#endif
+#include "course/host_device.h"
+
+#define COURSE_LAYOUT_FN COURSE_HOST_DEVICE constexpr
 
 namespace course {
 

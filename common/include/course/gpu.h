@@ -41,4 +41,14 @@ std::optional<std::string> gpu_count_skip_reason(int min_gpus);
 // Why a test needing `bytes` of free device memory cannot run here, or nothing.
 std::optional<std::string> memory_skip_reason(std::size_t bytes);
 
+// True in a build for the CPU emulator of dev/emu (its targets define COURSE_EMULATOR), where the
+// kernels run on the host, thousands of times slower than on a GPU.
+constexpr bool emulated() {
+#if defined(COURSE_EMULATOR)
+    return true;
+#else
+    return false;
+#endif
+}
+
 }  // namespace course

@@ -14,11 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define COURSE_HOST_DEVICE __host__ __device__
-#else
-#define COURSE_HOST_DEVICE
-#endif
+#include "course/host_device.h"
 
 namespace course {
 namespace hashed {

@@ -59,3 +59,15 @@ class GpuTest : public testing::Test {
             GTEST_SKIP() << *course_reason;                                 \
         }                                                                   \
     } while (0)
+
+// Skips the current test on the CPU emulator (dev/emu), with the reason, for a case that takes
+// seconds on a GPU and would take minutes there (`what` names it).
+#define COURSE_SKIP_ON_EMULATOR(what)                                                      \
+    do {                                                                                   \
+        if (::course::emulated()) {                                                        \
+            const std::string course_reason =                                              \
+                std::string(what) + ": minutes on the CPU emulator, run on a GPU instead"; \
+            ::testing::Test::RecordProperty("skip_reason", course_reason);                 \
+            GTEST_SKIP() << course_reason;                                                 \
+        }                                                                                  \
+    } while (0)

@@ -148,6 +148,12 @@ inline cudaError_t cudaFree(void* p) {
     ::operator delete(p, std::align_val_t(256));
     return cudaSuccess;
 }
+// Launches and copies are done when they return: stream order is program order.
+template <class T>
+cudaError_t cudaMallocAsync(T** p, std::size_t bytes, cudaStream_t) {
+    return cudaMalloc(p, bytes);
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
     if (emu::sticky_error) return emu_status();
     std::memmove(dst, src, bytes);

@@ -1,0 +1,192 @@
+// Checker of 07_attention/flash_backward: bf16 Q, K, V, dO (random, rounded to bf16), O and L
+// from the reference forward (O rounded to bf16), T around the tile sizes (1, 17, 63, 64, 65,
+// 1000, 4096), D 64 and 128, causal and not, B and H not 1: dQ, dK and dV against the double CPU
+// reference backward (the float32 GPU reference of common/ at T = 4096; the CPU reference is
+// itself checked against finite differences in double, common/tests/reference_attention_test.cpp).
+// Each case runs twice: dK and dV must come out with the same bits (dQ may not: atomics add in
+// any order). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
+// cuDNN's fused backward (else cuBLAS's materialized one). Skips where this build's device code
+// has no bf16 tensor cores.
+#include "attention_checks.h"
+#include "flash_backward.h"
+
+namespace {
+
+using namespace attention_checks;
+
+class FlashBackward : public TensorCoreTest {};
+
+using U16 = course::DeviceBuffer<std::uint16_t>;
+using F32 = course::DeviceBuffer<float>;
+
+struct Problem {
+    Case c;
+    Inputs in;
+    std::vector<float> O, L;  // the forward's, O rounded to bf16 as the exercise receives it
+    U16 dQ_in, dK_in, dV_in, d_O, d_dO;
+    F32 d_L;
+
+    Problem(const Case& cc, course::Rng& rng)
+        : c(cc),
+          in(make_inputs(cc, true, rng)),
+          O(),
+          L(),
+          dQ_in("Q", bf16_bits(in.Q)),
+          dK_in("K", bf16_bits(in.K)),
+          dV_in("V", bf16_bits(in.V)),
+          d_O("O", forward_O()),
+          d_dO("dO", bf16_bits(in.dO)),
+          d_L("L", L) {}
+
+    // Fills O and L from the reference forward; returns O's bf16 bits.
+    std::vector<std::uint16_t> forward_O() {
+        const Forward f = reference_forward(in, c);
+        for (double o : f.O) O.push_back(from_bf16(to_bf16(static_cast<float>(o))));
+        for (double l : f.L) L.push_back(static_cast<float>(l));
+        return bf16_bits(O);
+    }
+
+    void run(F32& dQ, F32& dK, F32& dV) const {
+        const auto& s = c.shape;
+        flash_backward(as_bf16(dQ_in), as_bf16(dK_in), as_bf16(dV_in), as_bf16(d_O), as_bf16(d_dO),
+                       d_L.data(), dQ.data(), dK.data(), dV.data(), static_cast<int>(s.batch),
+                       static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
+                       c.scale(), c.causal);
+    }
+};
+
+// What wrong gradients say about the kernel.
+std::string backward_diagnosis(bool dQ_ok, bool dK_ok, bool dV_ok, const std::string& race) {
+    if (!race.empty()) return race;
+    if (!dQ_ok && dK_ok && dV_ok)
+        return "dQ is wrong while dK and dV are right: dQ_i sums dS_ij k_j over every key tile, "
+               "and the blocks that own those tiles add to the same dQ rows at the same time: "
+               "accumulate with atomicAdd (into a dQ zeroed first), not a plain +=";
+    if (!dV_ok)
+        return "dV is wrong: dV_j = sum_i P_ij dO_i with P_ij = exp(scale q_i . k_j - L_i) "
+               "recomputed from the saved L; check P (the mask, L) and the query tiles visited";
+    return "";
+}
+
+void check_gradients(const Problem& p, const F32& dQ, const F32& dK, const F32& dV,
+                     const std::string& race, const std::string& what) {
+    const Gradients want = reference_backward(p.in, p.O, p.L, p.c);
+    const auto got_q = dQ.download(), got_k = dK.download(), got_v = dV.download();
+    const auto tq = gradient_tolerance(want.dQ), tk = gradient_tolerance(want.dK),
+               tv = gradient_tolerance(want.dV);
+    const auto all_ok = [](const std::vector<float>& got, const std::vector<double>& ref,
+                           const course::Tolerance& tol) {
+        for (std::size_t i = 0; i < got.size(); ++i)
+            if (!tol.accepts(got[i], ref[i])) return false;
+        return true;
+    };
+    const bool q_ok = all_ok(got_q, want.dQ, tq), k_ok = all_ok(got_k, want.dK, tk),
+               v_ok = all_ok(got_v, want.dV, tv);
+    const std::string diagnosis = backward_diagnosis(q_ok, k_ok, v_ok, race);
+    const course::Matrix shape{p.c.shape.rows(), p.c.shape.D};
+    for (const auto& [name, got, ref, tol] :
+         {std::tuple{"dQ", &got_q, &want.dQ, tq}, std::tuple{"dK", &got_k, &want.dK, tk},
+          std::tuple{"dV", &got_v, &want.dV, tv}}) {
+        course::CompareOptions options{std::string(name) + what, shape};
+        options.diagnose = [&] { return diagnosis; };
+        EXPECT_TRUE(course::expect_close(*got, *ref, tol, options)) << replay_note();
+    }
+}
+
+void check_backward(const Case& c, course::Rng& rng) {
+    SCOPED_TRACE(c.describe());
+    const Problem p(c, rng);
+    const std::size_t n = c.shape.elements();
+    F32 dQ("dQ", n), dK("dK", n), dV("dV", n);
+    p.run(dQ, dK, dV);
+    const auto k1 = dK.download(), v1 = dV.download();
+    dQ.poison();
+    dK.poison();
+    dV.poison();
+    p.run(dQ, dK, dV);
+    const std::string race =
+        race_diagnosis(differing(k1, dK.download()) + differing(v1, dV.download()), "dK and dV");
+    check_gradients(p, dQ, dK, dV, race, "");
+    EXPECT_TRUE(race.empty()) << race;
+}
+
+TEST_F(FlashBackward, EdgeShapes) {
+    auto rng = test_rng();
+    for (std::size_t D : {64, 128})
+        for (std::size_t T : kEdgeLengths)
+            for (bool causal : {false, true}) check_backward(Case{{2, 2, T, D}, causal}, rng);
+}
+
+TEST_F(FlashBackward, LongSequence) {
+    COURSE_SKIP_ON_EMULATOR("T = 4096");
+    auto rng = test_rng();
+    for (std::size_t D : {64, 128})
+        for (bool causal : {false, true}) check_backward(Case{{2, 2, kLongLength, D}, causal}, rng);
+}
+
+TEST_F(FlashBackward, LargeScores) {
+    auto rng = test_rng();
+    for (bool causal : {false, true}) check_backward(Case{{2, 3, 130, 64}, causal, 30.0f}, rng);
+}
+
+// FlashAttention's count: the backward is 2.5 times the forward's 4 B H T^2 D (five products of
+// T x T x D where the forward has two), halved when causal.
+void rate(std::size_t D, bool causal, course::Rng& rng) {
+    const Case c = timed_case(D, causal);
+    // cuBLAS's scores (float32) and two bf16 T x T buffers; the problem's buffers, three
+    // gradients twice with the harness's copies, cuDNN's bf16 gradients, and the GPU reference's
+    // float copies.
+    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + 26 * c.shape.elements() * sizeof(float) +
+                          (512u << 20));
+    SCOPED_TRACE(c.describe());
+    const Problem p(c, rng);
+    const std::size_t n = c.shape.elements();
+    F32 dQ("dQ", n), dK("dK", n), dV("dV", n), bQ("baseline dQ", n), bK("baseline dK", n),
+        bV("baseline dV", n);
+    U16 cQ("cuDNN dQ", n), cK("cuDNN dK", n), cV("cuDNN dV", n);  // cuDNN's are bf16
+    p.run(dQ, dK, dV);  // the tolerances of the timed outputs come from a first result
+    const Gradients want = reference_backward(p.in, p.O, p.L, c);
+    const int B = static_cast<int>(c.shape.batch), H = static_cast<int>(c.shape.heads),
+              T = static_cast<int>(c.shape.T), d = static_cast<int>(c.shape.D);
+    const std::vector<BaselineCall> baselines{
+        {"cudnn_attention_backward_bf16",
+         [&] {
+             course::baseline::cudnn_attention_backward_bf16(
+                 p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
+                 p.d_L.data(), cQ.data(), cK.data(), cV.data(), B, H, T, d, c.scale(), c.causal);
+         }},
+        {"cublas_attention_backward_bf16", [&] {
+             course::baseline::cublas_attention_backward_bf16(
+                 p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
+                 p.d_L.data(), bQ.data(), bK.data(), bV.data(), B, H, T, d, c.scale(), c.causal);
+         }}};
+    const BaselineCall& baseline = first_that_runs(baselines);
+    const auto timing =
+        course::time_against([&] { p.run(dQ, dK, dV); }, baseline.run,
+                             {course::TimedOutput(dQ, gradient_tolerance(want.dQ)),
+                              course::TimedOutput(dK, gradient_tolerance(want.dK)),
+                              course::TimedOutput(dV, gradient_tolerance(want.dV))});
+    check_gradients(p, dQ, dK, dV, "", " (timed)");
+    const double flops = 2.5 * forward_flops(c);
+    course::record_flops(perf_label(c), timing, flops, baseline.name, flops,
+                         course::FlopUnits::bf16_tensor_cores);
+}
+
+TEST_F(FlashBackward, RateD64) {
+    auto rng = test_rng();
+    rate(64, false, rng);
+}
+TEST_F(FlashBackward, RateD64Causal) {
+    auto rng = test_rng();
+    rate(64, true, rng);
+}
+TEST_F(FlashBackward, RateD128) {
+    auto rng = test_rng();
+    rate(128, false, rng);
+}
+TEST_F(FlashBackward, RateD128Causal) {
+    auto rng = test_rng();
+    rate(128, true, rng);
+}
+
+}  // namespace

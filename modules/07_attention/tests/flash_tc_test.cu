@@ -1,0 +1,84 @@
+// Checker of 07_attention/flash_tc: bf16 inputs (random, rounded to bf16; the references see the
+// same values), T around the tile sizes (1, 17, 63, 64, 65, 1000, 4096), D 64 and 128, causal
+// and not, B and H not 1, against the double CPU reference (the float32 GPU reference of common/
+// at T = 4096); scores in the hundreds (exp overflows without the row maximum); each case run
+// twice (the same bits both times: a missing barrier before a K/V buffer is overwritten shows as
+// a race). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
+// cuDNN's fused attention (else cuBLAS's materialized bf16 attention), timed in the same run.
+// Skips where this build's device code has no bf16 tensor cores (below sm_80).
+#include "attention_checks.h"
+#include "flash_tc.h"
+
+namespace {
+
+using namespace attention_checks;
+
+class FlashTc : public TensorCoreTest {};
+
+const ForwardRun<std::uint16_t> kFlashTc = [](const auto& Q, const auto& K, const auto& V, auto& O,
+                                              auto& L, const Case& c) {
+    const auto& s = c.shape;
+    flash_tc(as_bf16(Q), as_bf16(K), as_bf16(V), as_bf16(O), L.data(), static_cast<int>(s.batch),
+             static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
+             c.causal);
+};
+
+// A library's bf16 attention (cuDNN's and cuBLAS's share this signature) as a timed baseline.
+using Bf16Attention = void (*)(const std::uint16_t* Q, const std::uint16_t* K,
+                               const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                               int heads, int T, int D, float scale, bool causal);
+BaselineRun<std::uint16_t> bf16_baseline(Bf16Attention attention) {
+    return
+        [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
+            const auto& s = c.shape;
+            attention(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
+                      static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
+                      c.scale(), c.causal);
+        };
+}
+
+// cuDNN's fused attention where it runs here, else cuBLAS's materialized attention.
+const Baselines<std::uint16_t> kBaselines{
+    {"cudnn_attention_bf16", bf16_baseline(course::baseline::cudnn_attention_bf16)},
+    {"cublas_attention_bf16", bf16_baseline(course::baseline::cublas_attention_bf16)}};
+
+TEST_F(FlashTc, EdgeShapes) {
+    auto rng = test_rng();
+    edge_shapes<std::uint16_t>(kFlashTc, rng);
+}
+
+TEST_F(FlashTc, LongSequence) {
+    COURSE_SKIP_ON_EMULATOR("T = 4096");
+    auto rng = test_rng();
+    long_sequence<std::uint16_t>(kFlashTc, rng);
+}
+
+TEST_F(FlashTc, LargeScores) {
+    auto rng = test_rng();
+    large_scores<std::uint16_t>(kFlashTc, rng);
+}
+
+void rate(std::size_t D, bool causal, course::Rng& rng) {
+    const Case c = timed_case(D, causal);
+    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
+    time_forward<std::uint16_t>(kFlashTc, kBaselines, c, rng);
+}
+
+TEST_F(FlashTc, RateD64) {
+    auto rng = test_rng();
+    rate(64, false, rng);
+}
+TEST_F(FlashTc, RateD64Causal) {
+    auto rng = test_rng();
+    rate(64, true, rng);
+}
+TEST_F(FlashTc, RateD128) {
+    auto rng = test_rng();
+    rate(128, false, rng);
+}
+TEST_F(FlashTc, RateD128Causal) {
+    auto rng = test_rng();
+    rate(128, true, rng);
+}
+
+}  // namespace

@@ -1,0 +1,278 @@
+// 07_attention/flash_backward: the backward pass of flash attention (FlashAttention-2's
+// algorithm), bf16 on the tensor cores. Reference solution.
+//
+// Teaches: recomputing P from the saved logsumexp L instead of storing it, the loop order of the
+// backward (a block owns a tile of keys and walks over the query tiles, so dK and dV stay in
+// registers), the five products of a tile on mma.sync, and accumulating dQ across key tiles
+// with float32 atomics.
+//
+// Run:  grader run 07/flash_backward --solutions
+// Contract: flash_backward.h           Notes:  notes/07_attention.md
+#include <cmath>
+#include <cstdint>
+
+#include "course/exercise.h"
+#include "course/gemm_layout.h"
+#include "flash_backward.h"
+#include "tensor_core.h"
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockN = 16 * kWarps;    // keys per block: 16 per warp (one mma row block)
+constexpr int kBlockM = 32;             // queries per step of the loop
+constexpr int kDsStride = kBlockM + 8;  // dS^T rows padded to 80 bytes: ldmatrix without conflicts
+constexpr float kLog2e = 1.4426950408889634f;
+
+// D_i = dO_i . O_i, one warp per row (the backward's first step; FlashAttention-2 runs it as a
+// kernel of its own too).
+__global__ void row_dot_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, float* delta,
+                               long long rows, int D) {
+    const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
+    if (row >= rows) return;
+    float sum = 0.0f;
+    for (int d = threadIdx.x % 32; d < D; d += 32)
+        sum += __bfloat162float(O[row * D + d]) * __bfloat162float(dO[row * D + d]);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0) delta[row] = sum;
+}
+
+// Rows [row0, row0 + kRows) of a [T][kD] bf16 tensor into a swizzled shared tile (cp.async);
+// rows past T are zero-filled.
+template <int kD, int kRows>
+__device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row0, int T) {
+    constexpr int kChunksPerRow = kD / 8;
+    for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+        const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+        const bool valid = row0 + row < T;
+        const __nv_bfloat16* from =
+            src + (valid ? static_cast<long long>(row0 + row) * kD + col : 0);
+        tc::cp_async_16(tile + tc::swizzled<kD>(row, col), from, valid);
+    }
+}
+
+// acc (16 x kBlockM, this warp's 16 keys by the tile's queries) = A B^T, A the warp's 16 rows of
+// `a_tile` ([kBlockN][kD]: K or V), B the rows of `b_tile` ([kBlockM][kD]: Q or dO). Both are
+// stored with d contiguous: plain ldmatrix for both (as S = Q K^T in flash_tc).
+template <int kD>
+__device__ void rows_times_rows(float (&acc)[kBlockM / 8][4], const __nv_bfloat16* a_tile,
+                                const __nv_bfloat16* b_tile, int warp, int lane) {
+    const course::Coord a_src = course::ldmatrix_a_source(lane);
+    const course::Coord b_src = course::ldmatrix_b_source(lane);
+#pragma unroll
+    for (int n = 0; n < kBlockM / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+        std::uint32_t a[4];
+        tc::ldmatrix_x4(a, a_tile + tc::swizzled<kD>(warp * 16 + a_src.row, kk * 16 + a_src.col));
+#pragma unroll
+        for (int p = 0; p < kBlockM / 16; ++p) {
+            std::uint32_t b[4];
+            tc::ldmatrix_x4(b, b_tile + tc::swizzled<kD>(p * 16 + b_src.row, kk * 16 + b_src.col));
+            tc::mma_bf16(acc[2 * p], a, b[0], b[1]);
+            tc::mma_bf16(acc[2 * p + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// acc (16 x kD) += A X, A (16 x kBlockM) in accumulator registers (P^T or dS^T, rounded to bf16:
+// n tiles 2j, 2j + 1 are the A fragment of k step j, as P in flash_tc), X a [kBlockM][kD] tile
+// (dO or Q) read k-major with ldmatrix .trans (as V in flash_tc).
+template <int kD>
+__device__ void regs_times_tile(float (&acc)[kD / 8][4], const float (&a)[kBlockM / 8][4],
+                                const __nv_bfloat16* x_tile, int lane) {
+    const course::Coord a_src = course::ldmatrix_a_source(lane);  // a k-major B, with .trans
+#pragma unroll
+    for (int j = 0; j < kBlockM / 16; ++j) {
+        const std::uint32_t frag[4] = {tc::pack_bf16(a[2 * j][0], a[2 * j][1]),
+                                       tc::pack_bf16(a[2 * j][2], a[2 * j][3]),
+                                       tc::pack_bf16(a[2 * j + 1][0], a[2 * j + 1][1]),
+                                       tc::pack_bf16(a[2 * j + 1][2], a[2 * j + 1][3])};
+#pragma unroll
+        for (int p = 0; p < kD / 16; ++p) {
+            std::uint32_t b[4];
+            tc::ldmatrix_x4<true>(
+                b, x_tile + tc::swizzled<kD>(j * 16 + a_src.row, p * 16 + a_src.col));
+            tc::mma_bf16(acc[2 * p], frag, b[0], b[1]);
+            tc::mma_bf16(acc[2 * p + 1], frag, b[2], b[3]);
+        }
+    }
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_kernel(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
+                          const __nv_bfloat16* dO, const float* L, const float* delta, float* dQ,
+                          float* dK, float* dV, int T, float scale, bool causal) {
+    extern __shared__ __align__(128) unsigned char shared_bytes[];
+    auto* k_tile = reinterpret_cast<__nv_bfloat16*>(shared_bytes);  // [kBlockN][kD]
+    __nv_bfloat16* v_tile = k_tile + kBlockN * kD;                  // [kBlockN][kD]
+    __nv_bfloat16* q_tiles = v_tile + kBlockN * kD;                 // [2][kBlockM][kD]
+    __nv_bfloat16* do_tiles = q_tiles + 2 * kBlockM * kD;           // [2][kBlockM][kD]
+    __nv_bfloat16* ds_tile = do_tiles + 2 * kBlockM * kD;           // [kBlockN][kDsStride]: dS^T
+
+    const int n0 = blockIdx.x * kBlockN;  // this block's keys: n0 .. n0 + kBlockN - 1
+    const long long head = blockIdx.y;
+    const long long offset = head * T * kD;
+    Q += offset;
+    K += offset;
+    V += offset;
+    dO += offset;
+    dQ += offset;
+    L += head * T;
+    delta += head * T;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int key_row0 = n0 + warp * 16;  // this warp's 16 keys
+    const course::Coord a_src = course::ldmatrix_a_source(lane);
+    const course::Coord b_src = course::ldmatrix_b_source(lane);
+    const float scale_log2 = scale * kLog2e;
+
+    // Queries that see these keys: all, or (causal) those at or after the first key.
+    const int first_tile = causal ? n0 / kBlockM : 0;
+    const int query_tiles = course::ceil_div(T, kBlockM);
+
+    load_tile<kD, kBlockN>(k_tile, K, n0, T);
+    load_tile<kD, kBlockN>(v_tile, V, n0, T);
+    load_tile<kD, kBlockM>(q_tiles, Q, first_tile * kBlockM, T);
+    load_tile<kD, kBlockM>(do_tiles, dO, first_tile * kBlockM, T);
+    tc::cp_async_commit();
+
+    float dv[kD / 8][4] = {}, dk[kD / 8][4] = {};  // this warp's 16 keys x kD, kept to the end
+    for (int tile = first_tile; tile < query_tiles; ++tile) {
+        const int stage = (tile - first_tile) % 2, q0 = tile * kBlockM;
+        if (tile + 1 < query_tiles) {
+            load_tile<kD, kBlockM>(q_tiles + (1 - stage) * kBlockM * kD, Q, q0 + kBlockM, T);
+            load_tile<kD, kBlockM>(do_tiles + (1 - stage) * kBlockM * kD, dO, q0 + kBlockM, T);
+            tc::cp_async_commit();
+            tc::cp_async_wait<1>();
+        } else {
+            tc::cp_async_wait<0>();
+        }
+        __syncthreads();
+        const __nv_bfloat16* q_tile = q_tiles + stage * kBlockM * kD;
+        const __nv_bfloat16* do_tile = do_tiles + stage * kBlockM * kD;
+
+        // P^T = exp(S^T - L): S^T = K Q^T (16 keys x 32 queries per warp), recomputed.
+        float p[kBlockM / 8][4];
+        rows_times_rows<kD>(p, k_tile, q_tile, warp, lane);
+#pragma unroll
+        for (int n = 0; n < kBlockM / 8; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int query = q0 + n * 8 + 2 * t + i % 2, key = key_row0 + g + 8 * (i / 2);
+                const bool visible = query < T && !(causal && key > query);
+                p[n][i] = visible ? exp2f(p[n][i] * scale_log2 - L[query] * kLog2e) : 0.0f;
+            }
+
+        // dP^T = V dO^T, then dS^T = P^T (dP^T - D_query).
+        float ds[kBlockM / 8][4];
+        rows_times_rows<kD>(ds, v_tile, do_tile, warp, lane);
+#pragma unroll
+        for (int n = 0; n < kBlockM / 8; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int query = q0 + n * 8 + 2 * t + i % 2;
+                ds[n][i] = query < T ? p[n][i] * (ds[n][i] - delta[query]) : 0.0f;
+            }
+
+        regs_times_tile<kD>(dv, p, do_tile, lane);  // dV += P^T dO
+        regs_times_tile<kD>(dk, ds, q_tile, lane);  // dK += dS^T Q (scaled at the end)
+
+        // dQ needs a sum over all the block's keys, which 4 warps hold: share dS^T in shared
+        // memory, then each warp computes dQ for every query and a quarter of d.
+#pragma unroll
+        for (int n = 0; n < kBlockM / 8; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<std::uint32_t*>(ds_tile + (warp * 16 + g + 8 * h) * kDsStride +
+                                                  n * 8 + 2 * t) =
+                    tc::pack_bf16(ds[n][2 * h], ds[n][2 * h + 1]);
+        __syncthreads();
+
+        // dQ (32 queries x kD / 4 of d per warp) = dS K: A = dS, stored transposed (key-major):
+        // ldmatrix .trans with the lanes of an n-major B (the matrices then come out in A's
+        // order); B = K stored [key][d], k-major: .trans with A's lanes.
+        constexpr int kSliceTiles = kD / 4 / 8;  // n tiles of 8 d per warp
+        float dq[kBlockM / 16][kSliceTiles][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+            for (int m = 0; m < kBlockM / 16; ++m) {
+                std::uint32_t a[4];
+                tc::ldmatrix_x4<true>(
+                    a, ds_tile + (kk * 16 + b_src.row) * kDsStride + m * 16 + b_src.col);
+#pragma unroll
+                for (int p2 = 0; p2 < kSliceTiles / 2; ++p2) {
+                    std::uint32_t b[4];
+                    tc::ldmatrix_x4<true>(
+                        b, k_tile + tc::swizzled<kD>(kk * 16 + a_src.row,
+                                                     warp * (kD / 4) + p2 * 16 + a_src.col));
+                    tc::mma_bf16(dq[m][2 * p2], a, b[0], b[1]);
+                    tc::mma_bf16(dq[m][2 * p2 + 1], a, b[2], b[3]);
+                }
+            }
+        }
+        // Other blocks (other key tiles) add to the same dQ rows at the same time: atomics.
+#pragma unroll
+        for (int m = 0; m < kBlockM / 16; ++m)
+#pragma unroll
+            for (int n = 0; n < kSliceTiles; ++n)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int query = q0 + m * 16 + g + 8 * (i / 2);
+                    const int d = warp * (kD / 4) + n * 8 + 2 * t + i % 2;
+                    if (query < T)
+                        atomicAdd(dQ + static_cast<long long>(query) * kD + d, scale * dq[m][n][i]);
+                }
+        // Every warp is done with this stage and with dS^T before they are overwritten.
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key_row0 + g + 8 * h;
+        if (key >= T) continue;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+            const long long at = offset + static_cast<long long>(key) * kD + n * 8 + 2 * t;
+            *reinterpret_cast<float2*>(dK + at) =
+                make_float2(scale * dk[n][2 * h], scale * dk[n][2 * h + 1]);
+            *reinterpret_cast<float2*>(dV + at) = make_float2(dv[n][2 * h], dv[n][2 * h + 1]);
+        }
+    }
+}
+
+template <int kD>
+void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
+            const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
+            float* dV, int heads_total, int T, float scale, bool causal) {
+    const long long rows = static_cast<long long>(heads_total) * T;
+    float* delta = nullptr;  // D_i, one float per query row (stream-ordered scratch)
+    CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
+    row_dot_kernel<<<static_cast<unsigned>(course::ceil_div(rows, 8LL)), 256>>>(O, dO, delta, rows,
+                                                                                kD);
+    CUDA_CHECK_LAUNCH();
+    // dQ is a sum over key tiles, added to by many blocks: start it at zero.
+    CUDA_CHECK(cudaMemsetAsync(dQ, 0, rows * kD * sizeof(float)));
+    constexpr int kSharedBytes = (2 * kBlockN + 4 * kBlockM) * kD * 2 + kBlockN * kDsStride * 2;
+    CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<kD>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+    const dim3 grid(course::ceil_div(T, kBlockN), heads_total);
+    flash_backward_kernel<kD>
+        <<<grid, kThreads, kSharedBytes>>>(Q, K, V, dO, L, delta, dQ, dK, dV, T, scale, causal);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaFreeAsync(delta, 0));
+}
+
+}  // namespace
+
+void flash_backward(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
+                    const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ,
+                    float* dK, float* dV, int batch, int heads, int T, int D, float scale,
+                    bool causal) {
+    if (D == 64)
+        launch<64>(Q, K, V, O, dO, L, dQ, dK, dV, batch * heads, T, scale, causal);
+    else
+        launch<128>(Q, K, V, O, dO, L, dQ, dK, dV, batch * heads, T, scale, causal);
+}
