@@ -337,7 +337,6 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
     const long long n = static_cast<long long>(rows) * C;
     // Per-layer slices are as large as the model was built for, whatever this B and T.
     const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
-    const std::size_t scores = score_elements_;
 
     ops_.embedding_forward(act_.encoded, inputs_, param_[kTokenEmbedding],
                            param_[kPositionEmbedding], B, T, C);
@@ -357,7 +356,7 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
                                param_[kLn1Weight] + l * C, param_[kLn1Bias] + l * C, rows, C);
         ops_.linear_forward(qkv, ln1, param_[kQkvWeight] + l * 3 * C * C,
                             param_[kQkvBias] + l * 3 * C, rows, C, 3 * C);
-        ops_.attention_forward(atty, act_.lse + l * NH * bt, act_.att + l * scores,
+        ops_.attention_forward(atty, act_.lse + l * NH * bt, act_.att + l * score_elements_,
                                act_.attention_scratch, act_.scores, qkv, B, T, C, NH);
         ops_.linear_forward(act_.projection, atty, param_[kAttnProjWeight] + l * C * C,
                             param_[kAttnProjBias] + l * C, rows, C, C);
@@ -389,7 +388,6 @@ void Gpt<Act>::backward(int B, int T) {
     const int rows = B * T;
     const long long n = static_cast<long long>(rows) * C;
     const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
-    const std::size_t scores = score_elements_;
     const Act* last = act_.residual3 + (L - 1) * btc;
 
     // act_.logits holds d(loss)/d(logits) now (the cross-entropy wrote it).
@@ -427,8 +425,8 @@ void Gpt<Act>::backward(int B, int T) {
                              grad_[kAttnProjBias] + l * C, act_.dresidual, atty,
                              param_[kAttnProjWeight] + l * C * C, rows, C, C);
         ops_.attention_backward(act_.dqkv, act_.attention_scratch, act_.scores, act_.dbtc, qkv,
-                                atty, act_.lse + l * NH * bt, act_.att + l * scores, B, T, C,
-                                NH);
+                                atty, act_.lse + l * NH * bt, act_.att + l * score_elements_, B, T,
+                                C, NH);
         ops_.linear_backward(act_.dbtc, grad_[kQkvWeight] + l * 3 * C * C,
                              grad_[kQkvBias] + l * 3 * C, act_.dqkv, ln1,
                              param_[kQkvWeight] + l * 3 * C * C, rows, C, 3 * C);

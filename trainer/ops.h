@@ -82,9 +82,9 @@ struct Ops {
                               const Act* qkv, int B, int T, int C, int NH);
     // dqkv [B, T, 3C] written from dout [B, T, C], given the forward's qkv, out and what it kept
     // (lse or att); datt as preatt above.
-    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout,
-                               const Act* qkv, const Act* out, const float* lse, const Act* att,
-                               int B, int T, int C, int NH);
+    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
+                               const Act* out, const float* lse, const Act* att, int B, int T,
+                               int C, int NH);
     // Whether attention with heads of head_size elements takes the T x T way (att and preatt
     // needed) on this GPU and build.
     bool (*attention_keeps_scores)(int head_size);
