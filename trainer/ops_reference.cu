@@ -508,8 +508,12 @@ void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout
                         const Act* weight, const float* mean, const float* rstd, int rows, int C) {
     const int blocks = course::ceil_div(rows, kNormBackwardRowsPerBlock);
     float* partials = scratch_floats(static_cast<long long>(blocks) * 2 * C);
-    constexpr int kWide = 16 / sizeof(Act);  // values per 16 bytes (rows start aligned if C allows)
-    if (C % kWide == 0)
+    constexpr int kWide = 16 / sizeof(Act);  // values per 16 bytes
+    // 16-byte accesses where every row starts on 16 bytes.
+    const bool aligned = C % kWide == 0 && course::is_aligned(dinp, 16) &&
+                         course::is_aligned(dout, 16) && course::is_aligned(inp, 16) &&
+                         course::is_aligned(weight, 16);
+    if (aligned)
         launch_layernorm_backward<Act, kWide>(dinp, partials, dout, inp, weight, mean, rstd, rows,
                                               C, blocks);
     else
