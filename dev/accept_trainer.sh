@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The trainer's acceptance on a GPU in one command (course authors, on the device machine): build,
 # the GPU tests (the model against the CPU double reference, resume, the tiny PyTorch check), the
-# PyTorch agreement of the `small` model in fp32 and bf16, the throughput table (train_gpt vs
-# PyTorch eager and torch.compile, GPT-2 124M, B=16, T=1024), where the step's GPU time goes op by
-# op (--kernels profile), and a training run of GPT-2 124M on the default corpus against PyTorch,
-# with a sample.
+# PyTorch agreement of the `small` model in fp32 and bf16 (cuDNN's attention, then module 07's
+# flash kernels), the throughput table (train_gpt vs PyTorch eager and torch.compile, GPT-2 124M,
+# B=16, T=1024), where the step's GPU time goes op by op (--kernels profile) and kernel by kernel
+# (ncu, dev/kernel_times.py), and a training run of GPT-2 124M on the default corpus against
+# PyTorch, with a sample.
 #
 #   OUT=dir BUDGET_S=540 dev/accept_trainer.sh [TRAIN_STEPS]   (default 1000; needs
 #                                     data/shakespeare, made by trainer/prepare_data.py)
@@ -43,10 +44,15 @@ bin=build/trainer/bin
 TAIL=4 step gpu-tests "$bin/trainer_tests"
 TAIL=4 step pytest env TRAIN_GPT=$bin/train_gpt python3 -m pytest -q -p no:cacheprovider trainer/tests
 TAIL=8 step agree-fp32 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype fp32 --out "$work"
-TAIL=8 step agree-bf16 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 --out "$work"
+TAIL=10 step agree-bf16 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 --out "$work"
+TAIL=10 step agree-bf16-flash python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 \
+  --attention flash --out "$work"
 TAIL=7 step bench python3 trainer/torch_check.py bench --train-gpt $bin/train_gpt --steps 20 --out "$work"
 TAIL=18 step profile "$bin/train_gpt" -m gpt2-124m -b 16 -t 1024 --steps 6 --kernels profile \
   --val-every 0 --sample-length 0 --no-checkpoint --out "$work/profile"
+TAIL=22 step kernels bash -c "ncu --metrics gpu__time_duration.sum --clock-control none --cache-control none \
+  --csv --log-file '$work/ncu.csv' $bin/train_gpt -m gpt2-124m -b 16 -t 1024 --steps 1 --val-every 0 \
+  --sample-length 0 --no-checkpoint --out '$work/ncu' > /dev/null && python3 dev/kernel_times.py '$work/ncu.csv' --top 20"
 TAIL=12 step train python3 trainer/torch_check.py train --train-gpt $bin/train_gpt --model gpt2-124m \
   -b 16 -t 1024 --steps "$steps" --out "$work"
 cp "$work/train_gpt2-124m/loss.csv" "$out/loss_gpt2-124m.csv" 2>/dev/null

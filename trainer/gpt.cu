@@ -337,7 +337,6 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
     const long long n = static_cast<long long>(rows) * C;
     // Per-layer slices are as large as the model was built for, whatever this B and T.
     const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
-    const std::size_t scores = score_elements_;
 
     ops_.embedding_forward(act_.encoded, inputs_, param_[kTokenEmbedding],
                            param_[kPositionEmbedding], B, T, C);
@@ -355,28 +354,28 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
         // Attention block: x + proj(attention(ln1(x)))
         ops_.layernorm_forward(ln1, act_.ln1_mean + l * bt, act_.ln1_rstd + l * bt, residual,
                                param_[kLn1Weight] + l * C, param_[kLn1Bias] + l * C, rows, C);
-        ops_.linear_forward(qkv, ln1, param_[kQkvWeight] + l * 3 * C * C,
+        ops_.linear_forward(qkv, nullptr, ln1, param_[kQkvWeight] + l * 3 * C * C,
                             param_[kQkvBias] + l * 3 * C, rows, C, 3 * C);
-        ops_.attention_forward(atty, act_.lse + l * NH * bt, act_.att + l * scores,
+        ops_.attention_forward(atty, act_.lse + l * NH * bt, act_.att + l * score_elements_,
                                act_.attention_scratch, act_.scores, qkv, B, T, C, NH);
-        ops_.linear_forward(act_.projection, atty, param_[kAttnProjWeight] + l * C * C,
+        ops_.linear_forward(act_.projection, nullptr, atty, param_[kAttnProjWeight] + l * C * C,
                             param_[kAttnProjBias] + l * C, rows, C, C);
         ops_.residual_forward(residual2, residual, act_.projection, n);
         // MLP block: x + proj(gelu(fc(ln2(x))))
         ops_.layernorm_forward(ln2, act_.ln2_mean + l * bt, act_.ln2_rstd + l * bt, residual2,
                                param_[kLn2Weight] + l * C, param_[kLn2Bias] + l * C, rows, C);
-        ops_.linear_forward(fch, ln2, param_[kFcWeight] + l * 4 * C * C,
+        ops_.linear_forward(fch_gelu, fch, ln2, param_[kFcWeight] + l * 4 * C * C,
                             param_[kFcBias] + l * 4 * C, rows, C, 4 * C);
-        ops_.gelu_forward(fch_gelu, fch, 4 * n);
-        ops_.linear_forward(act_.projection, fch_gelu, param_[kFcProjWeight] + l * 4 * C * C,
-                            param_[kFcProjBias] + l * C, rows, 4 * C, C);
+        ops_.linear_forward(act_.projection, nullptr, fch_gelu,
+                            param_[kFcProjWeight] + l * 4 * C * C, param_[kFcProjBias] + l * C,
+                            rows, 4 * C, C);
         ops_.residual_forward(residual3, residual2, act_.projection, n);
     }
     const Act* last = act_.residual3 + (L - 1) * btc;
     ops_.layernorm_forward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, last, param_[kLnfWeight],
                            param_[kLnfBias], rows, C);
     // The LM head is the token embedding, transposed (weight tying).
-    ops_.linear_forward(act_.logits, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
+    ops_.linear_forward(act_.logits, nullptr, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
                         config_.padded_vocab_size);
     if (targets)
         ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows,
@@ -389,11 +388,10 @@ void Gpt<Act>::backward(int B, int T) {
     const int rows = B * T;
     const long long n = static_cast<long long>(rows) * C;
     const std::size_t bt = static_cast<std::size_t>(max_B_) * max_T_, btc = bt * C;
-    const std::size_t scores = score_elements_;
     const Act* last = act_.residual3 + (L - 1) * btc;
 
     // act_.logits holds d(loss)/d(logits) now (the cross-entropy wrote it).
-    ops_.linear_backward(act_.dbtc, grad_[kTokenEmbedding], nullptr, act_.logits, act_.lnf,
+    ops_.linear_backward(act_.dbtc, grad_[kTokenEmbedding], nullptr, act_.logits, act_.lnf, nullptr,
                          param_[kTokenEmbedding], rows, C, config_.padded_vocab_size);
     // dresidual carries the residual stream's gradient down the layers; the LayerNorm backwards
     // add into it.
@@ -412,25 +410,25 @@ void Gpt<Act>::backward(int B, int T) {
 
         // MLP block. dresidual is d(residual3); the block's output adds to residual2 unchanged,
         // so after ln2's backward adds its part, dresidual is d(residual2).
+        // Through GELU as well: d4c is d(fch).
         ops_.linear_backward(act_.d4c, grad_[kFcProjWeight] + l * 4 * C * C,
-                             grad_[kFcProjBias] + l * C, act_.dresidual, fch_gelu,
+                             grad_[kFcProjBias] + l * C, act_.dresidual, fch_gelu, fch,
                              param_[kFcProjWeight] + l * 4 * C * C, rows, 4 * C, C);
-        ops_.gelu_backward(act_.d4c, fch, act_.d4c, 4 * n);
         ops_.linear_backward(act_.dbtc, grad_[kFcWeight] + l * 4 * C * C,
-                             grad_[kFcBias] + l * 4 * C, act_.d4c, ln2,
+                             grad_[kFcBias] + l * 4 * C, act_.d4c, ln2, nullptr,
                              param_[kFcWeight] + l * 4 * C * C, rows, C, 4 * C);
         ops_.layernorm_backward(act_.dresidual, grad_[kLn2Weight] + l * C, grad_[kLn2Bias] + l * C,
                                 act_.dbtc, residual2, param_[kLn2Weight] + l * C,
                                 act_.ln2_mean + l * bt, act_.ln2_rstd + l * bt, rows, C);
         // Attention block, the same way: dresidual becomes d(this layer's input).
         ops_.linear_backward(act_.dbtc, grad_[kAttnProjWeight] + l * C * C,
-                             grad_[kAttnProjBias] + l * C, act_.dresidual, atty,
+                             grad_[kAttnProjBias] + l * C, act_.dresidual, atty, nullptr,
                              param_[kAttnProjWeight] + l * C * C, rows, C, C);
         ops_.attention_backward(act_.dqkv, act_.attention_scratch, act_.scores, act_.dbtc, qkv,
-                                atty, act_.lse + l * NH * bt, act_.att + l * scores, B, T, C,
-                                NH);
+                                atty, act_.lse + l * NH * bt, act_.att + l * score_elements_, B, T,
+                                C, NH);
         ops_.linear_backward(act_.dbtc, grad_[kQkvWeight] + l * 3 * C * C,
-                             grad_[kQkvBias] + l * 3 * C, act_.dqkv, ln1,
+                             grad_[kQkvBias] + l * 3 * C, act_.dqkv, ln1, nullptr,
                              param_[kQkvWeight] + l * 3 * C * C, rows, C, 3 * C);
         ops_.layernorm_backward(act_.dresidual, grad_[kLn1Weight] + l * C, grad_[kLn1Bias] + l * C,
                                 act_.dbtc, residual, param_[kLn1Weight] + l * C,

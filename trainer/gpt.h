@@ -167,7 +167,7 @@ class Gpt {
     int* targets_ = nullptr;      // [B, T]
     int* bucket_data_ = nullptr;  // TokenBuckets' arrays
     TokenBuckets buckets_{};
-    float* norm_ = nullptr;  // one float: the squared gradient norm
+    float* norm_ = nullptr;           // one float: the squared gradient norm
     std::size_t score_elements_ = 0;  // of att per layer: B * NH * T * T, or 0 (flash way)
     std::vector<float> host_losses_;
 };

@@ -64,13 +64,18 @@ struct Ops {
                                const Act* inp, const Act* weight, const float* mean,
                                const float* rstd, int rows, int C);
 
-    // out[rows, OC] = inp[rows, C] @ weight[OC, C]^T (+ bias[OC] where bias is not null)
-    void (*linear_forward)(Act* out, const Act* inp, const Act* weight, const Act* bias, int rows,
-                           int C, int OC);
-    // dinp = dout @ weight (written); dweight += dout^T @ inp; dbias += column sums of dout
-    // (dbias may be null: a layer without bias).
+    // y[rows, OC] = inp[rows, C] @ weight[OC, C]^T (+ bias[OC] where bias is not null); out = y,
+    // or, where gelu_input is not null, gelu_input = y and out = GELU(y), the tanh approximation
+    // of GPT-2 (the MLP's first layer and its activation, which the reference fuses).
+    void (*linear_forward)(Act* out, Act* gelu_input, const Act* inp, const Act* weight,
+                           const Act* bias, int rows, int C, int OC);
+    // dinp = dout @ weight (written), or, where gelu_input is not null (inp was GELU(gelu_input):
+    // the MLP's second layer), the gradient with respect to gelu_input, (dout @ weight) *
+    // GELU'(gelu_input); dweight += dout^T @ inp; dbias += column sums of dout (dbias may be null:
+    // a layer without bias).
     void (*linear_backward)(Act* dinp, float* dweight, float* dbias, const Act* dout,
-                            const Act* inp, const Act* weight, int rows, int C, int OC);
+                            const Act* inp, const Act* gelu_input, const Act* weight, int rows,
+                            int C, int OC);
 
     // Causal multi-head self-attention, in one of two ways chosen by the head size
     // (attention_keeps_scores): flash attention, which keeps only lse, each query row's
@@ -82,16 +87,12 @@ struct Ops {
                               const Act* qkv, int B, int T, int C, int NH);
     // dqkv [B, T, 3C] written from dout [B, T, C], given the forward's qkv, out and what it kept
     // (lse or att); datt as preatt above.
-    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout,
-                               const Act* qkv, const Act* out, const float* lse, const Act* att,
-                               int B, int T, int C, int NH);
+    void (*attention_backward)(Act* dqkv, Act* scratch, Act* datt, const Act* dout, const Act* qkv,
+                               const Act* out, const float* lse, const Act* att, int B, int T,
+                               int C, int NH);
     // Whether attention with heads of head_size elements takes the T x T way (att and preatt
     // needed) on this GPU and build.
     bool (*attention_keeps_scores)(int head_size);
-    // out = GELU(inp) (the tanh approximation of GPT-2), n elements
-    void (*gelu_forward)(Act* out, const Act* inp, long long n);
-    // dinp = GELU'(inp) * dout (dinp may alias dout)
-    void (*gelu_backward)(Act* dinp, const Act* inp, const Act* dout, long long n);
     // out = a + b, n elements
     void (*residual_forward)(Act* out, const Act* a, const Act* b, long long n);
 
@@ -110,6 +111,15 @@ struct Ops {
                   float lr, float beta1, float beta2, float beta1_correction,
                   float beta2_correction, float eps, float weight_decay, float grad_scale);
 };
+
+// Whether the reference's bf16 attention may be cuDNN's fused attention (the default, where the
+// build has cuDNN and cuDNN an engine for the shape); false makes it module 07's flash kernels,
+// for the tests to check both ways.
+void allow_cudnn_attention(bool allowed);
+
+// The "profile" table's times so far are dropped (train_gpt calls it after the first step, whose
+// ops also make cuBLASLt's and cuDNN's plans); a no-op for the other tables.
+void forget_op_times();
 
 // The tables this build has, by name ("reference", "profile"); nullptr for an unknown name.
 template <typename Act>

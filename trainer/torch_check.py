@@ -41,7 +41,7 @@ NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "
          "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 H100_PEAK_TFLOPS = 989.4  # dense bf16; train_gpt's table has the others
-TOLERANCES = {  # (loss, logits max abs, gradient max error / tensor's max |grad|, losses over the steps)
+TOLERANCES = {  # (loss, logits max abs, gradient max error / tensor's max |grad|, loss curve's 10-step means)
     "fp32": (1e-4, 2e-3, 2e-3, 1e-2),
     "bf16": (3e-2, 0.15, 0.1, 6e-2),
 }
@@ -205,11 +205,12 @@ def report(name, value, limit):
 
 
 def agree(args):
-    out = Path(args.out) / f"agree_{args.dtype}"
+    out = Path(args.out) / f"agree_{args.dtype}_{args.attention}"
     steps = args.steps
     run([args.train_gpt, "--data", args.data, "-m", args.model, "--dtype", args.dtype, "-b", args.batch,
          "-t", args.seq_len, "--steps", steps, "--val-every", 0, "--sample-length", 0,
-         "--no-checkpoint", "--out", out, "--dump-step0", out / "step0"], out.with_suffix(".log"))
+         "--attention", args.attention, "--no-checkpoint", "--out", out, "--dump-step0", out / "step0"],
+        out.with_suffix(".log"))
     meta = read_meta(out / "step0/meta.txt")
     c, B, T = meta, meta["B"], meta["T"]
     dump = lambda name, dtype: np.fromfile(out / "step0" / name, dtype=dtype)
@@ -226,7 +227,8 @@ def agree(args):
     ours_grads = torch.from_numpy(dump("grads.bin", np.float32)).cuda()
     tol_loss, tol_logits, tol_grads, tol_curve = TOLERANCES[args.dtype]
     V = c["vocab_size"]
-    print(f"agree ({args.dtype}, model {args.model}, B={B} T={T}): train_gpt against fp32 PyTorch")
+    print(f"agree ({args.dtype}, model {args.model}, B={B} T={T}, --attention {args.attention}): "
+          "train_gpt against fp32 PyTorch")
     ok = report("step-0 loss |difference|", abs(meta["loss"] - loss.item()), tol_loss)
     ok &= report("step-0 logits max |difference|", (ours_logits[..., :V] - logits[..., :V]).abs().max().item(), tol_logits)
     offset, worst, worst_name = 0, 0.0, ""
@@ -245,8 +247,23 @@ def agree(args):
     warmup = steps // 10
     theirs = train_torch(model, loader, steps, 6e-4, warmup, autocast=False)
     ours = read_csv_losses(out / "loss.csv")
-    gap = max(abs(a - b) for a, b in zip(ours, theirs))
-    ok &= report(f"losses of {steps} steps, max |difference|", gap, tol_curve)
+    # Judged on the means of 10 steps, the curve one plots: a step's loss is one small batch's, and
+    # two bf16 runs that round differently reach slightly different weights, which one batch can
+    # magnify (a systematic error moves the means as well). The largest single step for scale.
+    means = lambda losses: [sum(losses[i:i + 10]) / len(losses[i:i + 10]) for i in range(0, steps, 10)]
+    gap = max(abs(a - b) for a, b in zip(means(ours), means(theirs)))
+    ok &= report("losses, means of 10 steps, max |difference|", gap, tol_curve)
+    gaps = [abs(a - b) for a, b in zip(ours, theirs)]
+    worst = gaps.index(max(gaps))
+    print(f"  (one step: at most {gaps[worst]:.3e}, at step {worst + 1}: {ours[worst]:.4f} against "
+          f"{theirs[worst]:.4f})")
+    if args.dtype == "bf16":  # for scale: PyTorch's own bf16 (autocast) against its fp32
+        model = Gpt(c, params).cuda()
+        loader = Loader(f"{args.data}/train_*.bin", B, T)
+        autocast = train_torch(model, loader, steps, 6e-4, warmup, autocast=True)
+        own = max(abs(a - b) for a, b in zip(means(autocast), means(theirs)))
+        one = max(abs(a - b) for a, b in zip(autocast, theirs))
+        print(f"  (PyTorch's autocast bf16 against its fp32: means {own:.3e}, one step {one:.3e})")
     print("  step, train_gpt, PyTorch: " + "; ".join(
         f"{s + 1} {ours[s]:.4f} {theirs[s]:.4f}" for s in sorted({0, 4, 9, 19, 29, 39, steps - 1}) if s < steps))
     return ok
@@ -349,6 +366,7 @@ def main():
     parser.add_argument("--data", default="data/shakespeare")
     parser.add_argument("--model", default="small")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--attention", choices=["cudnn", "flash"], default="cudnn")
     parser.add_argument("-b", "--batch", type=int, default=4)
     parser.add_argument("-t", "--seq-len", type=int, default=256)
     parser.add_argument("--steps", type=int, default=50)

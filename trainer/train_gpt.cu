@@ -44,6 +44,7 @@ struct Options {
     std::string model = "tiny";
     std::string dtype;  // bf16 (default where the GPU has it) or fp32
     std::string kernels = "reference";
+    std::string attention = "cudnn";             // cudnn (where the build has it) or flash
     int batch = 4, seq_len = 0, grad_accum = 1;  // seq_len 0: the model's context
     int steps = 100, warmup = -1;                // warmup -1: a tenth of the steps
     float lr = 6e-4f, min_lr_fraction = 0.1f, weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f;
@@ -72,6 +73,8 @@ model
   -m, --model NAME      tiny, small, gpt2-124m                              [tiny]
   --dtype bf16|fp32     mixed precision (fp32 master weights) or all-fp32   [bf16; fp32 before sm_80]
   --kernels NAME        the table of ops (trainer/ops.h)                    [reference]
+  --attention NAME      bf16 attention: cudnn (cuDNN's fused attention,       [cudnn]
+                        where the build has cuDNN) or flash (module 07's kernels)
 batch
   -b N                  sequences per micro-batch                           [4]
   -t N                  tokens per sequence                                 [the model's context]
@@ -148,6 +151,8 @@ Options parse_options(int argc, char** argv) {
             o.dtype = value;
         else if (flag == "--kernels")
             o.kernels = value;
+        else if (flag == "--attention")
+            o.attention = value;
         else if (flag == "-b")
             number(&o.batch);
         else if (flag == "-t")
@@ -205,6 +210,9 @@ Options parse_options(int argc, char** argv) {
     if (o.batch < 1 || o.grad_accum < 1) usage_error("-b and --grad-accum must be at least 1");
     if (o.warmup < 0) o.warmup = o.steps / 10;
     if (o.temperature <= 0.0f) usage_error("--temperature must be above 0");
+    if (o.attention != "cudnn" && o.attention != "flash")
+        usage_error("--attention " + o.attention + ": cudnn or flash");
+    allow_cudnn_attention(o.attention == "cudnn");
     return o;
 }
 
@@ -489,7 +497,8 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             std::size_t free_bytes = 0, total_bytes = 0;
             CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
             peak_used = total_bytes - free_bytes;
-        } else {  // the first step pays for cuBLAS's plans and allocations
+            forget_op_times();  // --kernels profile: the later steps' times only
+        } else {                // the first step pays for cuBLAS's plans and allocations
             timed_seconds += seconds;
             ++timed_steps;
         }

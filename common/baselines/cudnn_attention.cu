@@ -296,11 +296,22 @@ class Graph {
     std::int64_t workspace_bytes_ = 0;
 };
 
-// The tensors of a graph over [batch][heads][T][D] inputs.
+// [batch][heads][T][D] stored token-major, [batch][T][heads][D], each token's row `row_stride`
+// elements long (row_major's layout where row_stride is 0).
+Layout token_major(std::int64_t batch, std::int64_t heads, std::int64_t T, std::int64_t D,
+                   std::int64_t row_stride) {
+    if (row_stride == 0) return row_major(batch, heads, T, D);
+    return {{batch, heads, T, D}, {T * row_stride, D, row_stride, 1}};
+}
+
+// The tensors of a graph over [batch][heads][T][D] inputs: Q, K, V (and their gradients) laid
+// out as qkv, O (and dO) as o, intermediates of that shape as per_head.
 struct Shapes {
-    Layout qkv, scores, rows;  // [B][H][T][D], [B][H][T][T], [B][H][T][1]
-    Shapes(int batch, int heads, int T, int D)
-        : qkv(row_major(batch, heads, T, D)),
+    Layout qkv, o, per_head, scores, rows;  // [B][H][T][D] x 3, [B][H][T][T], [B][H][T][1]
+    Shapes(int batch, int heads, int T, int D, int qkv_row_stride, int o_row_stride)
+        : qkv(token_major(batch, heads, T, D, qkv_row_stride)),
+          o(token_major(batch, heads, T, D, o_row_stride)),
+          per_head(row_major(batch, heads, T, D)),
           scores(row_major(batch, heads, T, T)),
           rows(row_major(batch, heads, T, 1)) {}
 };
@@ -326,7 +337,7 @@ void build_forward(Graph& graph, const Shapes& shapes, bool causal) {
     const Tensor Q = graph.tensor(kQ, CUDNN_DATA_BFLOAT16, shapes.qkv),
                  K_t = graph.tensor(kK, CUDNN_DATA_BFLOAT16, transposed(shapes.qkv)),
                  V = graph.tensor(kV, CUDNN_DATA_BFLOAT16, shapes.qkv),
-                 O = graph.tensor(kO, CUDNN_DATA_BFLOAT16, shapes.qkv),
+                 O = graph.tensor(kO, CUDNN_DATA_BFLOAT16, shapes.o),
                  L = graph.tensor(kL, CUDNN_DATA_FLOAT, shapes.rows);
     const auto scores = [&] { return graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.scores); };
     const auto per_row = [&] { return graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.rows); };
@@ -358,19 +369,19 @@ void build_backward(Graph& graph, const Shapes& shapes, bool causal) {
     const Tensor Q = graph.tensor(kQ, CUDNN_DATA_BFLOAT16, shapes.qkv),
                  K_t = graph.tensor(kK, CUDNN_DATA_BFLOAT16, qkv_t),
                  V_t = graph.tensor(kV, CUDNN_DATA_BFLOAT16, qkv_t),
-                 O = graph.tensor(kO, CUDNN_DATA_BFLOAT16, shapes.qkv),
-                 dO = graph.tensor(kdO, CUDNN_DATA_BFLOAT16, shapes.qkv),
+                 O = graph.tensor(kO, CUDNN_DATA_BFLOAT16, shapes.o),
+                 dO = graph.tensor(kdO, CUDNN_DATA_BFLOAT16, shapes.o),
                  L = graph.tensor(kL, CUDNN_DATA_FLOAT, shapes.rows),
                  dQ = graph.tensor(kdQ, CUDNN_DATA_BFLOAT16, shapes.qkv),
                  dK = graph.tensor(kdK, CUDNN_DATA_BFLOAT16, shapes.qkv),
                  dV = graph.tensor(kdV, CUDNN_DATA_BFLOAT16, shapes.qkv),
                  delta = graph.tensor(kDelta, CUDNN_DATA_FLOAT, shapes.rows),
-                 dQ_sum = graph.tensor(kdQSum, CUDNN_DATA_FLOAT, shapes.qkv),
+                 dQ_sum = graph.tensor(kdQSum, CUDNN_DATA_FLOAT, shapes.per_head),
                  scale = graph.scalar(kScale);
     const auto scores = [&] { return graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.scores); };
 
     // delta; the product by 1 is where a dropout graph scales it, and the engines expect it
-    const Tensor dO_times_O = graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.qkv),
+    const Tensor dO_times_O = graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.per_head),
                  row_sums = graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.rows);
     graph.pointwise(CUDNN_POINTWISE_MUL, {dO, O}, dO_times_O);
     graph.reduction(CUDNN_REDUCE_TENSOR_ADD, dO_times_O, row_sums);
@@ -408,12 +419,13 @@ void build_backward(Graph& graph, const Shapes& shapes, bool causal) {
     graph.pointwise(CUDNN_POINTWISE_IDENTITY, {dQ_sum}, dQ);
 }
 
-using Key = std::tuple<int, int, int, int, bool>;  // batch, heads, T, D, causal
+// batch, heads, T, D, causal, qkv_row_stride, o_row_stride
+using Key = std::tuple<int, int, int, int, bool, int, int>;
 
 // The plan of a graph for this shape, built on its first call and kept.
 const Graph& plan_for(std::map<Key, Graph>& plans, bool backward, int batch, int heads, int T,
-                      int D, bool causal) {
-    const Key key{batch, heads, T, D, causal};
+                      int D, bool causal, int qkv_row_stride, int o_row_stride) {
+    const Key key{batch, heads, T, D, causal, qkv_row_stride, o_row_stride};
     if (auto found = plans.find(key); found != plans.end()) return found->second;
     if (!cudnn_handle())
         throw std::runtime_error(
@@ -424,7 +436,7 @@ const Graph& plan_for(std::map<Key, Graph>& plans, bool backward, int batch, int
         throw std::runtime_error("the cuDNN attention baselines need cuDNN 9.6 or newer; this is " +
                                  std::to_string(cudnnGetVersion()));
     Graph graph;
-    const Shapes shapes(batch, heads, T, D);
+    const Shapes shapes(batch, heads, T, D, qkv_row_stride, o_row_stride);
     if (backward)
         build_backward(graph, shapes, causal);
     else
@@ -432,7 +444,8 @@ const Graph& plan_for(std::map<Key, Graph>& plans, bool backward, int batch, int
     graph.make_plan(std::string(backward ? "the backward" : "the forward") + " of attention at B " +
                     std::to_string(batch) + ", H " + std::to_string(heads) + ", T " +
                     std::to_string(T) + ", D " + std::to_string(D) +
-                    (causal ? ", causal" : ", not causal"));
+                    (causal ? ", causal" : ", not causal") +
+                    (qkv_row_stride != 0 ? ", token-major" : ""));
     return plans.emplace(key, std::move(graph)).first->second;
 }
 
@@ -450,8 +463,9 @@ std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
                           std::uint16_t* O, float* L, int batch, int heads, int T, int D,
-                          float scale, bool causal) {
-    const Graph& plan = plan_for(forward_plans, false, batch, heads, T, D, causal);
+                          float scale, bool causal, int qkv_row_stride, int o_row_stride) {
+    const Graph& plan =
+        plan_for(forward_plans, false, batch, heads, T, D, causal, qkv_row_stride, o_row_stride);
     std::vector<Binding> bindings{{kQ, Q}, {kK, K}, {kV, V}, {kO, O}, {kL, L}, {kScale, &scale}};
     if (causal) bindings.push_back({kMaskFill, &kNegativeInfinity});
     plan.run(bindings, workspace.get(plan.workspace_bytes()));
@@ -461,8 +475,10 @@ void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* 
                                    const std::uint16_t* V, const std::uint16_t* O,
                                    const std::uint16_t* dO, const float* L, std::uint16_t* dQ,
                                    std::uint16_t* dK, std::uint16_t* dV, int batch, int heads,
-                                   int T, int D, float scale, bool causal) {
-    const Graph& plan = plan_for(backward_plans, true, batch, heads, T, D, causal);
+                                   int T, int D, float scale, bool causal, int qkv_row_stride,
+                                   int o_row_stride) {
+    const Graph& plan =
+        plan_for(backward_plans, true, batch, heads, T, D, causal, qkv_row_stride, o_row_stride);
     const std::size_t rows = static_cast<std::size_t>(batch) * heads * T;
     const std::size_t cudnn_bytes = aligned(plan.workspace_bytes()),
                       delta_bytes = aligned(rows * sizeof(float));
@@ -489,7 +505,7 @@ void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* 
 #else
 
 void cudnn_attention_bf16(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*,
-                          std::uint16_t*, float*, int, int, int, int, float, bool) {
+                          std::uint16_t*, float*, int, int, int, int, float, bool, int, int) {
     throw std::runtime_error(
         "cudnn_attention_bf16: the course was built without cuDNN (set COURSE_CUDNN_ROOT)");
 }
@@ -497,7 +513,7 @@ void cudnn_attention_bf16(const std::uint16_t*, const std::uint16_t*, const std:
 void cudnn_attention_backward_bf16(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*,
                                    const std::uint16_t*, const std::uint16_t*, const float*,
                                    std::uint16_t*, std::uint16_t*, std::uint16_t*, int, int, int,
-                                   int, float, bool) {
+                                   int, float, bool, int, int) {
     throw std::runtime_error(
         "cudnn_attention_backward_bf16: the course was built without cuDNN (set "
         "COURSE_CUDNN_ROOT)");

@@ -30,12 +30,13 @@ void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t*
                                     bool causal);
 void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
                           std::uint16_t* O, float* L, int batch, int heads, int T, int D,
-                          float scale, bool causal);
+                          float scale, bool causal, int qkv_row_stride, int o_row_stride);
 void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
                                    const std::uint16_t* V, const std::uint16_t* O,
                                    const std::uint16_t* dO, const float* L, std::uint16_t* dQ,
                                    std::uint16_t* dK, std::uint16_t* dV, int batch, int heads,
-                                   int T, int D, float scale, bool causal);
+                                   int T, int D, float scale, bool causal, int qkv_row_stride,
+                                   int o_row_stride);
 bool nccl_available();
 void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count, Element element);
 

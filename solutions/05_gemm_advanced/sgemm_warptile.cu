@@ -55,6 +55,28 @@ __device__ float4 load4(const float* row, int col, int cols, bool row_is_aligned
     return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+// C = alpha * acc + beta * C for a thread's outputs, its first strip's corner at (first_row,
+// first_col) of C: output i of its 2 * kStrip rows is row first_row + i % kStrip of strip
+// i / kStrip, the strips kWM / 2 apart (likewise columns); nothing past M or N is written.
+template <class T>
+__device__ void store_outputs(float* C, const float (&acc)[2 * T::kStrip][2 * T::kStrip], int M,
+                              int N, float alpha, float beta, int first_row, int first_col) {
+    constexpr int kStrip = T::kStrip;
+#pragma unroll
+    for (int i = 0; i < 2 * kStrip; ++i) {
+        const int row = first_row + i / kStrip * (T::kWM / 2) + i % kStrip;
+#pragma unroll
+        for (int j = 0; j < 2 * kStrip; ++j) {
+            const int col = first_col + j / kStrip * (T::kWN / 2) + j % kStrip;
+            if (row < M && col < N) {
+                // beta == 0 must not read C: it may hold NaN, and 0 * NaN is NaN.
+                const int c = row * N + col;
+                C[c] = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * C[c];
+            }
+        }
+    }
+}
+
 }  // namespace
 
 template <class T>
@@ -122,34 +144,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
         __syncthreads();  // everyone is done reading before the next tiles overwrite them
     }
 
-    // Output i of a thread's 8 rows is row first_row + i % 4 of strip i / 4 (likewise columns).
-#pragma unroll
-    for (int i = 0; i < 2 * kStrip; ++i) {
-        const int row = row0 + first_row + i / kStrip * (T::kWM / 2) + i % kStrip;
-#pragma unroll
-        for (int j = 0; j < 2 * kStrip; ++j) {
-            const int col = col0 + first_col + j / kStrip * (T::kWN / 2) + j % kStrip;
-            if (row < M && col < N) {
-                // beta == 0 must not read C: it may hold NaN, and 0 * NaN is NaN.
-                const int c = row * N + col;
-                C[c] = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * C[c];
-            }
-        }
-    }
+    store_outputs<T>(C, acc, M, N, alpha, beta, row0 + first_row, col0 + first_col);
 }
 
 namespace {
 
-template <class T>
-void launch(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
-            float* C) {
+// `kernel` (this file's, or the fast reference's) over a grid of T's block tiles covering C.
+template <class T, class Kernel>
+void launch_kernel(Kernel kernel, int M, int N, int K, float alpha, const float* A, const float* B,
+                   float beta, float* C) {
     // As in sgemm_vectorized: float4 loads only for rows that start on 16 bytes.
     const bool a_rows_aligned = course::is_aligned(A, 16) && K % 4 == 0;
     const bool b_rows_aligned = course::is_aligned(B, 16) && N % 4 == 0;
     const dim3 grid(course::ceil_div(N, T::kBN), course::ceil_div(M, T::kBM));
-    sgemm_warptile_kernel<T>
-        <<<grid, T::kThreads>>>(M, N, K, alpha, A, B, beta, C, a_rows_aligned, b_rows_aligned);
+    kernel<<<grid, T::kThreads>>>(M, N, K, alpha, A, B, beta, C, a_rows_aligned, b_rows_aligned);
     CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
+            float* C) {
+    launch_kernel<T>(sgemm_warptile_kernel<T>, M, N, K, alpha, A, B, beta, C);
 }
 
 struct Config {

@@ -6,7 +6,7 @@
 // k0 and stored to a second pair of shared tiles after it, so that their latency hides behind the
 // multiply-adds, and one barrier per step suffices where the readable kernel waits for its loads,
 // then computes, with two barriers. Same tiles, warp tiles and thread strips as the readable one
-// (its Tiles, load4 and Config are used as they are).
+// (its Tiles, load4, store_outputs, launch_kernel and Config are used as they are).
 //
 // Run:  grader run 05/sgemm_warptile --solutions      (the "sgemm_warptile (fast)" row)
 // Contract: sgemm_warptile.h (module 04's sgemm.h)    Notes:   notes/05_gemm_advanced.md
@@ -116,19 +116,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int i = 0; i < 2 * kStrip; ++i) {
-        const int row = row0 + first_row + i / kStrip * (T::kWM / 2) + i % kStrip;
-#pragma unroll
-        for (int j = 0; j < 2 * kStrip; ++j) {
-            const int col = col0 + first_col + j / kStrip * (T::kWN / 2) + j % kStrip;
-            if (row < M && col < N) {
-                // beta == 0 must not read C: it may hold NaN, and 0 * NaN is NaN.
-                const int c = row * N + col;
-                C[c] = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * C[c];
-            }
-        }
-    }
+    readable::store_outputs<T>(C, acc, M, N, alpha, beta, row0 + first_row, col0 + first_col);
 }
 
 namespace {
@@ -136,12 +124,7 @@ namespace {
 template <class T>
 void launch_fast(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
                  float* C) {
-    const bool a_rows_aligned = course::is_aligned(A, 16) && K % 4 == 0;
-    const bool b_rows_aligned = course::is_aligned(B, 16) && N % 4 == 0;
-    const dim3 grid(course::ceil_div(N, T::kBN), course::ceil_div(M, T::kBM));
-    sgemm_warptile_fast_kernel<T>
-        <<<grid, T::kThreads>>>(M, N, K, alpha, A, B, beta, C, a_rows_aligned, b_rows_aligned);
-    CUDA_CHECK_LAUNCH();
+    readable::launch_kernel<T>(sgemm_warptile_fast_kernel<T>, M, N, K, alpha, A, B, beta, C);
 }
 
 // Two pairs of tiles must fit 48 KB of static shared memory: steps of 16 in k at most.

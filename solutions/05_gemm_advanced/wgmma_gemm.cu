@@ -56,6 +56,41 @@ static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRe
               "the register file holds the split");
 static_assert(kStages >= 2 && kGroupRows >= 1, "a ring, and groups of tile rows");
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the Hopper instructions exist in sm_90a code only
+
+// One stage's products for a consumer: its 64 rows of the A tile by the whole B tile, the k16
+// steps 32 bytes apart in their rows (course::wgmma_descriptor_k_major_128b says why), issued as
+// one wgmma group between the fences the accumulators need.
+__device__ void issue_stage(float (&acc)[kAccumulators], const unsigned char* a_stage,
+                            const unsigned char* b_stage, int consumer) {
+    const std::uint32_t a_start =
+        hopper::shared_address(a_stage) + consumer * kWgmmaM * course::kSwizzleRowBytes;
+    const std::uint32_t b_start = hopper::shared_address(b_stage);
+    hopper::fence_accumulators(acc);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kBK / kWgmmaK; ++s)
+        hopper::wgmma_m64n256k16(acc, course::wgmma_descriptor_k_major_128b(a_start + 32 * s),
+                                 course::wgmma_descriptor_k_major_128b(b_start + 32 * s), true);
+    hopper::wgmma_commit();
+}
+
+// A consumer's 64 x 256 accumulators into C at (row0 + 64 consumer, col0). Registers 4 j + {0, 1}
+// are two neighbouring columns of one row, 4 j + {2, 3} the same eight rows below: one 8-byte
+// store each. N is a multiple of 8 and the column even, so a pair is inside C or outside it.
+__device__ void store_tile(float* C, const float (&acc)[kAccumulators], int M, int N, int row0,
+                           int col0, int consumer, int thread) {
+#pragma unroll
+    for (int reg = 0; reg < kAccumulators; reg += 2) {
+        const course::Coord e = course::wgmma_d_element(thread, reg);
+        const int row = row0 + consumer * kWgmmaM + e.row, col = col0 + e.col;
+        if (row < M && col < N)
+            *reinterpret_cast<float2*>(C + row * N + col) = make_float2(acc[reg], acc[reg + 1]);
+    }
+}
+
+#endif
+
 }  // namespace
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -116,19 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kt = 0; kt < k_tiles; ++kt) {
             const int stage = kt % kStages;
             hopper::mbarrier_wait(&full[stage], kt / kStages % 2);  // the stage's tiles have landed
-            // This consumer's 64 rows of the A tile, and the whole B tile; step s of k16 starts
-            // 32 s bytes into their rows (course::wgmma_descriptor_k_major_128b says why).
-            const std::uint32_t a_start = hopper::shared_address(a_tile(stage)) +
-                                          consumer * kWgmmaM * course::kSwizzleRowBytes;
-            const std::uint32_t b_start = hopper::shared_address(b_tile(stage));
-            hopper::fence_accumulators(acc);
-            hopper::wgmma_fence();
-#pragma unroll
-            for (int s = 0; s < kBK / kWgmmaK; ++s)
-                hopper::wgmma_m64n256k16(
-                    acc, course::wgmma_descriptor_k_major_128b(a_start + 32 * s),
-                    course::wgmma_descriptor_k_major_128b(b_start + 32 * s), true);
-            hopper::wgmma_commit();
+            issue_stage(acc, a_tile(stage), b_tile(stage), consumer);
             // This stage's products may still run; the previous stage's are done (at most one
             // group pending), so its tiles may be refilled.
             hopper::wgmma_wait<1>();
@@ -138,16 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::wgmma_wait<0>();
         hopper::fence_accumulators(acc);
 
-        // Registers 4 j + {0, 1} are two neighbouring columns of one row, 4 j + {2, 3} the same
-        // eight rows below: one 8-byte store each. N is a multiple of 8 and the column even, so
-        // a pair is inside C or outside it.
-#pragma unroll
-        for (int reg = 0; reg < kAccumulators; reg += 2) {
-            const course::Coord e = course::wgmma_d_element(thread, reg);
-            const int row = row0 + consumer * kWgmmaM + e.row, col = col0 + e.col;
-            if (row < M && col < N)
-                *reinterpret_cast<float2*>(C + row * N + col) = make_float2(acc[reg], acc[reg + 1]);
-        }
+        store_tile(C, acc, M, N, row0, col0, consumer, thread);
     }
 #endif
 }

@@ -40,8 +40,6 @@ using readable::kStageBytes;
 using readable::kStages;
 using readable::kThreads;
 using readable::kWarpgroupThreads;
-using readable::kWgmmaK;
-using readable::kWgmmaM;
 
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_fast_kernel(int M, int N, int K, const __grid_constant__ CUtensorMap a_map,
@@ -99,17 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int kt = 0; kt < k_tiles; ++kt, ++load) {
                 const int stage = load % kStages;
                 hopper::mbarrier_wait(&full[stage], load / kStages % 2);
-                const std::uint32_t a_start = hopper::shared_address(a_tile(stage)) +
-                                              consumer * kWgmmaM * course::kSwizzleRowBytes;
-                const std::uint32_t b_start = hopper::shared_address(b_tile(stage));
-                hopper::fence_accumulators(acc);
-                hopper::wgmma_fence();
-#pragma unroll
-                for (int s = 0; s < kBK / kWgmmaK; ++s)
-                    hopper::wgmma_m64n256k16(
-                        acc, course::wgmma_descriptor_k_major_128b(a_start + 32 * s),
-                        course::wgmma_descriptor_k_major_128b(b_start + 32 * s), true);
-                hopper::wgmma_commit();
+                readable::issue_stage(acc, a_tile(stage), b_tile(stage), consumer);
                 hopper::wgmma_wait<1>();
                 hopper::fence_accumulators(acc);
                 if (kt > 0) hopper::mbarrier_arrive(&empty[(load - 1) % kStages]);
@@ -120,15 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             hopper::fence_accumulators(acc);
             if (k_tiles > 0) hopper::mbarrier_arrive(&empty[(load - 1) % kStages]);
 
-            const int row0 = tile.row * kBM, col0 = tile.col * kBN;
-#pragma unroll
-            for (int reg = 0; reg < kAccumulators; reg += 2) {
-                const course::Coord e = course::wgmma_d_element(thread, reg);
-                const int row = row0 + consumer * kWgmmaM + e.row, col = col0 + e.col;
-                if (row < M && col < N)
-                    *reinterpret_cast<float2*>(C + row * N + col) =
-                        make_float2(acc[reg], acc[reg + 1]);
-            }
+            readable::store_tile(C, acc, M, N, tile.row * kBM, tile.col * kBN, consumer, thread);
         }
     }
 #endif

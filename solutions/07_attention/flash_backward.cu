@@ -100,6 +100,27 @@ __device__ void regs_times_tile(float (&acc)[kD / 8][4], const float (&a)[kBlock
     }
 }
 
+// dK = scale * dk and dV = dv for this warp's 16 keys, from its accumulators (rows g and g + 8
+// of the m16 block, columns 2t and 2t + 1 of each n8 tile); keys past T are not written.
+template <int kD>
+__device__ void store_key_gradients(float* dK, float* dV, const float (&dk)[kD / 8][4],
+                                    const float (&dv)[kD / 8][4], long long offset, int key_row0,
+                                    int T, float scale) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key_row0 + g + 8 * h;
+        if (key >= T) continue;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+            const long long at = offset + static_cast<long long>(key) * kD + n * 8 + 2 * t;
+            *reinterpret_cast<float2*>(dK + at) =
+                make_float2(scale * dk[n][2 * h], scale * dk[n][2 * h + 1]);
+            *reinterpret_cast<float2*>(dV + at) = make_float2(dv[n][2 * h], dv[n][2 * h + 1]);
+        }
+    }
+}
+
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kernel(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
@@ -229,32 +250,28 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key_row0 + g + 8 * h;
-        if (key >= T) continue;
-#pragma unroll
-        for (int n = 0; n < kD / 8; ++n) {
-            const long long at = offset + static_cast<long long>(key) * kD + n * 8 + 2 * t;
-            *reinterpret_cast<float2*>(dK + at) =
-                make_float2(scale * dk[n][2 * h], scale * dk[n][2 * h + 1]);
-            *reinterpret_cast<float2*>(dV + at) = make_float2(dv[n][2 * h], dv[n][2 * h + 1]);
-        }
-    }
+    store_key_gradients<kD>(dK, dV, dk, dv, offset, key_row0, T, scale);
+}
+
+// What the main kernel needs first: D_i = dO_i . O_i for every query row, in stream-ordered
+// scratch that the caller frees (cudaFreeAsync) after the main kernel; and dQ, a sum over key
+// tiles that many blocks add to, zeroed.
+float* prepare_backward(const __nv_bfloat16* O, const __nv_bfloat16* dO, float* dQ, long long rows,
+                        int D) {
+    float* delta = nullptr;
+    CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
+    row_dot_kernel<<<static_cast<unsigned>(course::ceil_div(rows, 8LL)), 256>>>(O, dO, delta, rows,
+                                                                                D);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemsetAsync(dQ, 0, rows * D * sizeof(float)));
+    return delta;
 }
 
 template <int kD>
 void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
             const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
             float* dV, int heads_total, int T, float scale, bool causal) {
-    const long long rows = static_cast<long long>(heads_total) * T;
-    float* delta = nullptr;  // D_i, one float per query row (stream-ordered scratch)
-    CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
-    row_dot_kernel<<<static_cast<unsigned>(course::ceil_div(rows, 8LL)), 256>>>(O, dO, delta, rows,
-                                                                                kD);
-    CUDA_CHECK_LAUNCH();
-    // dQ is a sum over key tiles, added to by many blocks: start it at zero.
-    CUDA_CHECK(cudaMemsetAsync(dQ, 0, rows * kD * sizeof(float)));
+    float* delta = prepare_backward(O, dO, dQ, static_cast<long long>(heads_total) * T, kD);
     constexpr int kSharedBytes = (2 * kBlockN + 4 * kBlockM) * kD * 2 + kBlockN * kDsStride * 2;
     CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<kD>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));

@@ -8,8 +8,9 @@
 // issued right after that barrier); the rows' L and D staged beside Q and dO by cp.async instead
 // of read from global memory inside the loop; at D = 64, K and V held in registers as A
 // fragments for the whole loop; the masks tested only on the tiles that can need them. The
-// algorithm, the fragments and D = rowsum(dO * O) (the readable row_dot_kernel) are the readable
-// solution's. The module README compares the two.
+// algorithm, the fragments, D = rowsum(dO * O) and the stores of dK and dV (the readable
+// prepare_backward and store_key_gradients) are the readable solution's. The module README
+// compares the two.
 //
 // Run:  grader run 07/flash_backward --solutions      (the "flash_backward (fast)" row)
 // Contract: flash_backward.h           Notes:  notes/07_attention.md, dev/tuning/07_attention.md
@@ -310,31 +311,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
     }
 
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key_row0 + g + 8 * h;
-        if (key >= T) continue;
-#pragma unroll
-        for (int n = 0; n < kD / 8; ++n) {
-            const long long at = offset + static_cast<long long>(key) * kD + n * 8 + 2 * t;
-            *reinterpret_cast<float2*>(dK + at) =
-                make_float2(scale * dk[n][2 * h], scale * dk[n][2 * h + 1]);
-            *reinterpret_cast<float2*>(dV + at) = make_float2(dv[n][2 * h], dv[n][2 * h + 1]);
-        }
-    }
+    readable::store_key_gradients<kD>(dK, dV, dk, dv, offset, key_row0, T, scale);
 }
 
 template <int kD>
 void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
             const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
             float* dV, int heads_total, int T, float scale, bool causal) {
-    const long long rows = static_cast<long long>(heads_total) * T;
-    float* delta = nullptr;  // D_i, one float per query row (stream-ordered scratch)
-    CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
-    readable::row_dot_kernel<<<static_cast<unsigned>(course::ceil_div(rows, 8LL)), 256>>>(
-        O, dO, delta, rows, kD);
-    CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaMemsetAsync(dQ, 0, rows * kD * sizeof(float)));
+    float* delta =
+        readable::prepare_backward(O, dO, dQ, static_cast<long long>(heads_total) * T, kD);
     constexpr int kSharedBytes = (2 * kBlockN + 4 * kBlockM) * kD * 2 +
                                  2 * kBlockN * kDsStride * 2 + 4 * kBlockM * sizeof(float);
     CUDA_CHECK(cudaFuncSetAttribute(flash_backward_fast_kernel<kD>,

@@ -1,7 +1,8 @@
 // The GPU model against the CPU double reference on the tiny preset, and on one layer of heads
-// of 64 (attention's flash way in bf16): the loss, the logits and every parameter's gradient in
-// the all-fp32 mode (tight) and in mixed precision (loose); the gradient accumulation, AdamW's
-// first step with clipping, and bit-for-bit repeatability. Skipped without a GPU.
+// of 64 (attention fused in bf16: cuDNN's way and module 07's flash kernels): the loss, the logits
+// and every parameter's gradient in the all-fp32 mode (tight) and in mixed precision (loose); the
+// gradient accumulation, AdamW's first step with clipping, and bit-for-bit repeatability. Skipped
+// without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -95,14 +96,24 @@ TEST(GpuModel, Bf16MatchesCpuReferenceLoosely) {
     check_against_cpu<bf16>(testing::tiny_config(), 2e-2, 5e-2, 6e-2);
 }
 
-// Heads of 64: in bf16 on a GPU with bf16 tensor cores, attention takes the flash way (module
-// 07's kernels) instead of the tiny preset's T x T way.
-TEST(GpuModel, Bf16FlashAttentionMatchesCpuReferenceLoosely) {
+// Heads of 64: in bf16 on a GPU with bf16 tensor cores, attention is fused (cuDNN's where the
+// build has it, else module 07's flash kernels) instead of the tiny preset's T x T way.
+TEST(GpuModel, Bf16FusedAttentionMatchesCpuReferenceLoosely) {
     if (!gpu_present(8)) GTEST_SKIP() << "bf16 needs a GPU of compute capability 8.0 or newer";
     const GptConfig config = testing::head64_config();
     ASSERT_FALSE(ops_table<bf16>("reference")->attention_keeps_scores(64))
-        << "bf16 heads of 64 should take the flash way on this GPU (is this build for sm_80+?)";
+        << "bf16 heads of 64 should take the fused way on this GPU (is this build for sm_80+?)";
     check_against_cpu<bf16>(config, 2e-2, 5e-2, 6e-2);
+}
+
+// The same with module 07's flash kernels, where cuDNN would have taken it.
+TEST(GpuModel, Bf16FlashAttentionMatchesCpuReferenceLoosely) {
+    if (!gpu_present(8)) GTEST_SKIP() << "bf16 needs a GPU of compute capability 8.0 or newer";
+    struct FlashOnly {  // for this test only, whatever its end
+        FlashOnly() { allow_cudnn_attention(false); }
+        ~FlashOnly() { allow_cudnn_attention(true); }
+    } flash_only;
+    check_against_cpu<bf16>(testing::head64_config(), 2e-2, 5e-2, 6e-2);
 }
 
 TEST(GpuModel, AccumulatedMicroBatchesEqualOneBatch) {

@@ -28,6 +28,11 @@ def test_unknown_option(train_gpt):
     assert code == 2 and "unknown option --bogus" in line
 
 
+def test_unknown_attention(train_gpt):
+    code, line = fails(train_gpt, "--attention", "fast")
+    assert code == 2 and "--attention fast: cudnn or flash" in line
+
+
 def test_missing_shards(train_gpt, byte_data, tmp_path):
     code, line = fails(train_gpt, "--tokenizer", byte_data / "tokenizer.bin", "--train", tmp_path / "x_*.bin")
     assert code == 1 and "no data shard matches" in line

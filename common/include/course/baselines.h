@@ -146,7 +146,19 @@ inline void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::ui
 inline void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K,
                                  const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
                                  int heads, int T, int D, float scale, bool causal) {
-    table().cudnn_attention_bf16(Q, K, V, O, L, batch, heads, T, D, scale, causal);
+    table().cudnn_attention_bf16(Q, K, V, O, L, batch, heads, T, D, scale, causal, 0, 0);
+}
+
+// The same over token-major tensors, [batch][T][heads][D] (module 07's are [batch][heads][T][D]):
+// the rows of Q, K and V are qkv_row_stride elements apart, those of O o_row_stride apart, so that
+// a transformer's packed projections (q, k, v side by side in one row per token) are read and
+// written where they lie (trainer/). L stays [batch][heads][T].
+inline void cudnn_attention_token_major_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                             const std::uint16_t* V, std::uint16_t* O, float* L,
+                                             int batch, int heads, int T, int D, float scale,
+                                             bool causal, int qkv_row_stride, int o_row_stride) {
+    table().cudnn_attention_bf16(Q, K, V, O, L, batch, heads, T, D, scale, causal, qkv_row_stride,
+                                 o_row_stride);
 }
 
 // Its backward, as cublas_attention_backward_bf16's but with the gradients in bf16 (cuDNN writes
@@ -158,7 +170,17 @@ inline void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uin
                                           int batch, int heads, int T, int D, float scale,
                                           bool causal) {
     table().cudnn_attention_backward_bf16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
-                                          causal);
+                                          causal, 0, 0);
+}
+
+// Its backward over token-major tensors: dQ, dK, dV laid out as Q, K, V, and dO as O.
+inline void cudnn_attention_backward_token_major_bf16(
+    const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V, const std::uint16_t* O,
+    const std::uint16_t* dO, const float* L, std::uint16_t* dQ, std::uint16_t* dK,
+    std::uint16_t* dV, int batch, int heads, int T, int D, float scale, bool causal,
+    int qkv_row_stride, int o_row_stride) {
+    table().cudnn_attention_backward_bf16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                          causal, qkv_row_stride, o_row_stride);
 }
 
 // Whether the NCCL baselines can run here: the course was built with NCCL (COURSE_NCCL_ROOT,

@@ -222,8 +222,9 @@ inline std::string race_diagnosis(std::size_t differing_elements, const std::str
     if (differing_elements == 0) return "";
     return "`" + name + "` differs between two identical runs at " +
            std::to_string(differing_elements) +
-           " elements: a race. Is there a __syncthreads() between the last read of a shared K/V "
-           "(or Q/dO) tile and the copy that overwrites it with the next tile?";
+           " elements: a race, or a read of memory nothing wrote. Is there a __syncthreads() "
+           "between the last read of a shared K/V (or Q/dO) tile and the copy that overwrites it "
+           "with the next tile? Does every load stay inside its rows (j < T)?";
 }
 
 // L_i over only the keys j < key_end (and, causal, j <= i): what a kernel computes when it drops
