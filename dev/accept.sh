@@ -15,6 +15,8 @@
 #                 eight at a time (what `grader check` does on a GPU): memcheck.txt
 #   OUT=dir       where solutions.txt, oldest-arch.txt, stubs.txt, mutants.txt (and memcheck.txt)
 #                 go (default build/accept)
+#   Module 11 needs 2 GPUs of one machine (min_gpus): on fewer, its exercises report skipped and
+#   its planted bugs are left out, so run it on a machine with several (nvidia-h200-x2).
 #
 # Sequential, `grader check --mutants` for module 06 takes about 15 minutes (40 bugs, a build and a
 # checker run each), longer than one device command may run; eight copies side by side take a
@@ -37,9 +39,16 @@ done
 out=${OUT:-build/accept}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
+# NCCL is module 11's baseline; the pip wheel (nvidia-nccl-cu13, or the one PyTorch brought) has it.
+if [ -z "${COURSE_NCCL_ROOT:-}" ]; then
+  root=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null) &&
+    export COURSE_NCCL_ROOT=$root
+fi
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
+# Several GPUs (module 11): how they are connected (NV# = NVLink, PIX/PHB/SYS = PCIe paths).
+[ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -gt 1 ] && nvidia-smi topo -m
 if [ "$references" = yes ]; then
   : > "$out/solutions.txt"
   : > "$out/oldest-arch.txt"

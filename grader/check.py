@@ -5,9 +5,9 @@ from pathlib import Path
 from grader.build import BuildTree, Log, forbidden_includes
 from grader.course import Course, module_dirs, select
 from grader.errors import UserError
-from grader.grading import build_exercises, grade
+from grader.grading import build_exercises, grade, too_few_gpus
 from grader.manifest import Exercise, read_module
-from grader.results import FAST, LEARNER, PASS, SOLUTION, TODO, Result, judged_cases
+from grader.results import FAST, LEARNER, PASS, SKIPPED, SOLUTION, TODO, Result, judged_cases
 from grader.sanitize import describe, memcheck_summary
 
 STUB_MARKERS = ("TODO", "COURSE_TODO")
@@ -66,7 +66,13 @@ def build_problems(course: Course, exercises: list[Exercise], log: Log,
             continue
         if run_checkers:
             results = grade(tree, selected, log)
-            problems += [problem for result in results for problem in _result_problems(result)]
+            unrunnable = too_few_gpus(tree, selected)
+            for exercise, outcome in unrunnable.items():
+                log(f"note: {exercise.key} ({VARIANT_NAMES[variant]}) not run: "
+                    f"{_first(outcome.detail)}")
+            problems += [problem for result in results
+                         if not (result.status == SKIPPED and result.exercise in unrunnable)
+                         for problem in _result_problems(result)]
             if variant != LEARNER:
                 problems += memcheck_problems(tree, results, log)
         else:

@@ -7,12 +7,14 @@ from grader.library_ban import refused_header
 from grader.manifest import Exercise
 from grader.results import BUILD_ERROR, EMULATED, FAST, LEARNER, SKIPPED, SOLUTION, Outcome, Result
 from grader.runner import run_checker
+from grader.tools import gpu_count
 
 
 def grade(tree: BuildTree, exercises: list[Exercise], log: Log,
           timeout_s: float | None = None) -> list[Result]:
     """One Result per exercise, in order; `timeout_s` overrides each manifest's timeout_s."""
     not_runnable = build_exercises(tree, exercises, log)
+    not_runnable = {**too_few_gpus(tree, exercises), **not_runnable}
     return [_not_run_result(tree, exercise, not_runnable[exercise]) if exercise in not_runnable
             else _run(tree, exercise, timeout_s or exercise.timeout_s) for exercise in exercises]
 
@@ -75,6 +77,18 @@ def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outco
                 f"refused: {stub} includes <{header}>; an exercise may not call the library it "
                 "is measured against"])
     return refused
+
+
+def too_few_gpus(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
+    """The exercises that need more GPUs than this machine has (min_gpus), skipped unrun, with
+    the reason: built, so that a build error still shows. The CPU emulator has one GPU."""
+    needing = [exercise for exercise in exercises if exercise.min_gpus > 1]
+    if not needing:
+        return {}  # no nvidia-smi call for the modules of one GPU
+    count = 1 if tree.variant == EMULATED else gpu_count()
+    return {exercise: Outcome(SKIPPED, [f"needs {exercise.min_gpus} GPUs, this machine has "
+                                        f"{count}"])
+            for exercise in needing if exercise.min_gpus > count}
 
 
 def _not_emulated(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:

@@ -1,5 +1,5 @@
-"""The library ban: an exercise may not use what it is measured against (cuBLAS, cuDNN, CUB,
-Thrust, CUTLASS, the course's baselines).
+"""The library ban: an exercise may not use what it is measured against (cuBLAS, cuDNN, NCCL,
+CUB, Thrust, CUTLASS, the course's baselines).
 
 Linking keeps out the compiled libraries: the learner's executable links neither cuBLAS nor cuDNN
 nor the course's baselines (the checker loads those at run time, course/baselines.h). What linking
@@ -18,7 +18,7 @@ from grader.manifest import Exercise
 # A header under one of these folders (at any depth: the toolkit keeps CUB in include/cccl/cub)...
 FORBIDDEN_FOLDERS = ("cub", "thrust", "cutlass", "cute")
 # ... or whose name starts with one of these ...
-FORBIDDEN_NAME_PREFIXES = ("cublas", "cudnn")
+FORBIDDEN_NAME_PREFIXES = ("cublas", "cudnn", "nccl")
 # ... or one of the course's own baseline headers.
 FORBIDDEN_COURSE_HEADERS = ("course/baselines.h", "course/baseline_table.h")
 

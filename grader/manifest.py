@@ -29,14 +29,16 @@ EXERCISE_SCHEMA = {
     "intensity": ((int, float), "a number"),
     "hints": (list, "a list of strings"),
     "fast_solution": (str, "a string"),
+    "min_gpus": (int, "an integer"),
     "case_targets": (dict, "a table of timed-case label = ratio"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "case_targets"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets"}
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
-CMAKE_KEYS = ("id", "file", "checker", "min_sm", "fast_solution")
-CMAKE_LINE = re.compile(r'^(?:(id|file|checker|fast_solution) = "([^"\n]*)"|(min_sm) = ([0-9]+))')
+CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution")
+CMAKE_LINE = re.compile(
+    r'^(?:(id|file|checker|fast_solution) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
 CMAKE_ENTRY = "[[exercise]]"
 
 
@@ -59,6 +61,9 @@ class Exercise:
     # FLOP per byte of the timed case's compulsory DRAM traffic (`grader report`'s roofline);
     # None when the manifest does not say.
     intensity: float | None = None
+    # GPUs of one machine the checker needs (module 11's collectives: 2); with fewer, the grader
+    # skips the exercise unrun, with the reason.
+    min_gpus: int = 1
     # Where the target differs between timed cases: (case label, ratio) for each judged case (the
     # others are shown, not judged); empty when every case is judged against `target`.
     case_targets: tuple[tuple[str, float], ...] = ()
@@ -142,6 +147,8 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
     if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:
         problems.append(f"{where}: min_sm and target must be >= 0, timeout_s > 0")
+    if entry.get("min_gpus", 1) < 1:
+        problems.append(f"{where}: min_gpus must be >= 1")
     if entry.get("intensity", 0) < 0:
         problems.append(f"{where}: intensity must be >= 0")
     if (entry["metric"] == "") != (entry["baseline"] == ""):
@@ -224,6 +231,7 @@ def _module(name: str, data: dict) -> Module:
             hints=tuple(entry["hints"]),
             fast_solution=entry.get("fast_solution", ""),
             intensity=None if "intensity" not in entry else float(entry["intensity"]),
+            min_gpus=entry.get("min_gpus", 1),
             case_targets=tuple((label, float(ratio))
                                for label, ratio in entry.get("case_targets", {}).items()),
         )

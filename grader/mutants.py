@@ -7,7 +7,7 @@ from pathlib import Path
 
 from grader.build import BuildTree, Log, configure, not_emulated
 from grader.course import Course
-from grader.grading import grade
+from grader.grading import grade, too_few_gpus
 from grader.manifest import Exercise, tomllib
 from grader.results import CRASH, EMULATED, FAIL, FAST, PASS, SOLUTION, TIMEOUT, Result
 from grader.sanitize import describe, memcheck_summary
@@ -189,6 +189,11 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
             modules = sorted({exercise.module for exercise in skipped})
             log(f"not emulated, so their planted bugs are not run: {', '.join(modules)}")
         mutants = [mutant for mutant in mutants if mutant.exercise not in skipped]
+    unrunnable = too_few_gpus(trees[EMULATED if variant == EMULATED else SOLUTION],
+                              [mutant.exercise for mutant in mutants])
+    for exercise, outcome in unrunnable.items():
+        log(f"the planted bugs of {exercise.key} are not run: {outcome.detail[0]}")
+    mutants = [mutant for mutant in mutants if mutant.exercise not in unrunnable]
     return [_run_one(trees[EMULATED if variant == EMULATED else FAST if mutant.fast else SOLUTION],
                      sources, mutant, log) for mutant in mutants]
 

@@ -1,5 +1,6 @@
 """The programs the grader needs from the machine."""
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -44,6 +45,23 @@ def gpu_visible() -> bool:
         return subprocess.run([smi, "-L"], capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def gpu_count() -> int:
+    """How many GPUs this machine's checkers see: nvidia-smi's list, narrowed by
+    CUDA_VISIBLE_DEVICES where it is set; 0 without nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    count = sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([device for device in visible.split(",") if device.strip()]))
+    return count if listed.returncode == 0 else 0
 
 
 def require_toolkit_program(program: str, name: str) -> str:

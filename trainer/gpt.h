@@ -99,6 +99,9 @@ class Gpt {
     float forward_backward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
     void zero_grads();
     std::vector<float> grads() const;
+    // The gradients on the GPU, param_layout(config()).total floats in one buffer (a data-parallel
+    // run sums them across its processes before update).
+    float* device_grads() { return grads_; }
     // The logits [B, T, Vp] of the last forward (before a backward overwrites them), as floats.
     std::vector<float> logits(int B, int T) const;
     // Logits of position t - 1 of one sequence of t tokens (generation): V floats.

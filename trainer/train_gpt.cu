@@ -31,6 +31,7 @@
 
 #include "course/check.h"
 #include "data.h"
+#include "data_parallel.h"
 #include "gpt.h"
 
 namespace trainer {
@@ -100,6 +101,9 @@ evaluation and output
   --generate            only sample from --resume's model
   --dump-step0 DIR      write step 0's weights, batch, logits, loss and gradients (the PyTorch check)
   --peak-tflops X       the GPU's dense bf16 peak, for MFU                  [from the GPU's name]
+several GPUs of this machine
+  trainer/launch.sh N [options]   one process per GPU, the gradients summed by NCCL every step;
+                        -b is per GPU (N GPUs at -b B take the steps of one at -b N*B)
 )";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -401,7 +405,8 @@ void dump_step0(Gpt<Act>& model, TokenLoader& loader, const Options& o, int T) {
 
 template <typename Act>
 int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, TokenLoader* train,
-        TokenLoader* val, const Checkpoint* resumed, int T, const std::string& gpu_name) {
+        TokenLoader* val, const Checkpoint* resumed, int T, const std::string& gpu_name,
+        DataParallel& ranks) {
     const Ops<Act>* ops = ops_table<Act>(o.kernels);
     if (!ops)
         throw std::invalid_argument("--kernels " + o.kernels +
@@ -423,24 +428,29 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     }
     if (!o.dump_step0.empty()) dump_step0(model, *train, o, T);
 
-    const long long tokens_per_step = static_cast<long long>(o.batch) * T * o.grad_accum;
+    // Every rank takes o.batch x T tokens per micro-batch: a step is all the ranks' tokens.
+    const long long tokens_per_step =
+        static_cast<long long>(o.batch) * T * o.grad_accum * ranks.world();
     const double flops_per_step = flops_per_token(config, T) * tokens_per_step;
     const double peak = o.peak_tflops > 0 ? o.peak_tflops : peak_tflops_of(gpu_name);
     std::printf("model %s (%s), %.1fM parameters, %s, kernels: %s\n", o.model.c_str(),
                 describe(config).c_str(), param_layout(config).total / 1e6,
                 std::is_same_v<Act, float> ? "fp32" : "bf16 with fp32 master weights", ops->name);
     std::printf(
-        "batch %d x %d tokens x %d micro-batches = %lld tokens per step, %d steps; GPU %s, "
-        "%.2f GiB allocated\n",
-        o.batch, T, o.grad_accum, tokens_per_step, o.steps, gpu_name.c_str(),
+        "batch %d x %d tokens x %d micro-batches x %d GPUs = %lld tokens per step, %d steps; GPU "
+        "%s, %.2f GiB allocated\n",
+        o.batch, T, o.grad_accum, ranks.world(), tokens_per_step, o.steps, gpu_name.c_str(),
         model.device_bytes() / 1073741824.0);
 
     std::filesystem::create_directories(o.out);
     const std::string csv_path = o.out + "/loss.csv";
     const bool append = resumed && std::filesystem::exists(csv_path);
-    std::ofstream csv(csv_path, append ? std::ios::app : std::ios::trunc);
-    if (!csv) throw std::runtime_error(csv_path + ": cannot write the loss curve");
-    if (!append) csv << "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+    std::ofstream csv;  // rank 0's: the other ranks' writes go nowhere
+    if (ranks.main()) {
+        csv.open(csv_path, append ? std::ios::app : std::ios::trunc);
+        if (!csv) throw std::runtime_error(csv_path + ": cannot write the loss curve");
+        if (!append) csv << "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+    }
 
     auto validation_loss = [&]() {
         val->rewind();
@@ -459,31 +469,39 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         save_checkpoint(o.out + "/" + name, checkpoint);
     };
 
-    std::vector<int> inputs, targets;
+    std::vector<int> inputs, targets, others_inputs, others_targets;
     double timed_seconds = 0.0;
     int timed_steps = 0;
     std::size_t peak_used = 0;
     for (int step = resumed ? resumed->step : 0; step < o.steps; ++step) {
         float val_loss = NAN;
-        if (val && step % o.val_every == 0) {
+        if (val && ranks.main() && step % o.val_every == 0) {
             val_loss = validation_loss();
             std::printf("step %5d | val loss %.4f\n", step, val_loss);
         }
-        if (o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
+        if (ranks.main() && o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
             std::printf("--- sample at step %d ---\n%s\n---\n", step,
                         generate(model, tokenizer, o, T).c_str());
-        if (o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0)
+        if (ranks.main() && o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0)
             save(step, "model_step" + std::to_string(step) + ".ckpt");
 
         const auto start = std::chrono::steady_clock::now();
         model.zero_grads();
         double loss = 0.0;
         for (int micro = 0; micro < o.grad_accum; ++micro) {
-            train->next_batch(&inputs, &targets);
+            // Every rank reads the same micro-batches in the same order and keeps the rank-th:
+            // the loaders stay at one position, the one a checkpoint records.
+            for (int r = 0; r < ranks.world(); ++r)
+                train->next_batch(r == ranks.rank() ? &inputs : &others_inputs,
+                                  r == ranks.rank() ? &targets : &others_targets);
             loss += model.forward_backward(inputs.data(), targets.data(), o.batch, T,
                                            1.0f / tokens_per_step) /
                     o.grad_accum;
         }
+        // Each rank's gradients are its share of the sum over the step's tokens: summed, they are
+        // the step's gradient on every rank, and so is the update.
+        ranks.sum(model.device_grads(), param_layout(config).total);
+        loss = ranks.mean(static_cast<float>(loss));
         const float lr = learning_rate(o, step);
         const float norm =
             model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip, step + 1);
@@ -519,12 +537,12 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             << (std::isnan(val_loss) ? "" : std::to_string(val_loss)) << ',' << lr << ',' << norm
             << ',' << 1e3 * seconds << ',' << tokens_per_s << '\n';
     }
-    if (val) {
+    if (val && ranks.main()) {
         const float val_loss = validation_loss();
         std::printf("step %5d | val loss %.4f\n", o.steps, val_loss);
         csv << o.steps << ",," << val_loss << ",,,,\n";
     }
-    if (o.save) save(o.steps, "model.ckpt");
+    if (o.save && ranks.main()) save(o.steps, "model.ckpt");
     if (timed_steps > 0) {
         const double tokens_per_s = tokens_per_step * timed_steps / timed_seconds;
         std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,
@@ -537,7 +555,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     }
     if (o.save) std::printf("checkpoint: %s/model.ckpt\n", o.out.c_str());
     std::printf("loss curve: %s\n", csv_path.c_str());
-    if (o.sample_length > 0)
+    if (o.sample_length > 0 && ranks.main())
         std::printf("--- sample ---\n%s\n---\n", generate(model, tokenizer, o, T).c_str());
     return 0;
 }
@@ -546,6 +564,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
 // the checkpoint's shape.
 int main_checked(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
+    DataParallel ranks = DataParallel::from_environment();
+    if (ranks.world() > 1 && !o.dump_step0.empty())
+        usage_error("--dump-step0 writes one process's step (the PyTorch check): run it alone");
     std::unique_ptr<Checkpoint> resumed;
     if (!o.resume.empty())
         resumed = std::make_unique<Checkpoint>(load_checkpoint(o.resume));
@@ -579,11 +600,11 @@ int main_checked(int argc, char** argv) {
             val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
     }
 
-    int device_count = 0;
-    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
-        throw std::runtime_error("no CUDA GPU is visible: the trainer needs one");
+    ranks.join();  // this rank's GPU, and the other ranks
+    if (!ranks.main() && !std::freopen("/dev/null", "w", stdout))  // rank 0 speaks for all
+        throw std::runtime_error("rank " + std::to_string(ranks.rank()) + ": cannot quiet stdout");
     cudaDeviceProp properties{};
-    CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&properties, ranks.rank()));
     const bool has_bf16 = properties.major >= 8;
     const std::string dtype = o.dtype.empty() ? (has_bf16 ? "bf16" : "fp32") : o.dtype;
     if (dtype == "bf16") {
@@ -592,11 +613,11 @@ int main_checked(int argc, char** argv) {
                                      " has no bf16 tensor cores (compute capability 8.0 or newer): "
                                      "use --dtype fp32");
         return run<bf16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
-                         properties.name);
+                         properties.name, ranks);
     }
     if (dtype == "fp32")
         return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
-                          properties.name);
+                          properties.name, ranks);
     usage_error("--dtype " + dtype + ": bf16 or fp32");
 }
 

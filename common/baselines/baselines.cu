@@ -111,6 +111,8 @@ extern "C" const course::baseline::Table* course_baselines_table() {
                                                library::cublas_attention_bf16,
                                                library::cublas_attention_backward_bf16,
                                                library::cudnn_attention_bf16,
-                                               library::cudnn_attention_backward_bf16};
+                                               library::cudnn_attention_backward_bf16,
+                                               library::nccl_available,
+                                               library::nccl_all_reduce_sum};
     return &table;
 }

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "course/baseline_table.h"
+
 namespace course::baseline::library {
 
 void device_copy(void* dst, const void* src, std::size_t bytes);
@@ -35,5 +37,7 @@ void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* 
                                    std::uint16_t* dK, std::uint16_t* dV, int batch, int heads,
                                    int T, int D, float scale, bool causal, int qkv_row_stride,
                                    int o_row_stride);
+bool nccl_available();
+void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count, Element element);
 
 }  // namespace course::baseline::library

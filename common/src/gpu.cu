@@ -128,6 +128,16 @@ std::optional<std::string> gpu_skip_reason(int min_sm) {
     return std::nullopt;
 }
 
+std::optional<std::string> gpu_count_skip_reason(int min_gpus) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();  // no driver: the machine has no GPU, which is a reason, not an error
+        count = 0;
+    }
+    if (count >= min_gpus) return std::nullopt;
+    return "needs " + std::to_string(min_gpus) + " GPUs, this machine has " + std::to_string(count);
+}
+
 std::optional<std::string> memory_skip_reason(std::size_t bytes) {
     std::size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));

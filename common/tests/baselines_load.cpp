@@ -13,4 +13,10 @@ TEST(Baselines, TheLibraryAndItsTableLoad) {
     EXPECT_NE(course::baseline::loaded().table->cublas_sgemm, nullptr);
 }
 
+TEST(Baselines, SayWhetherTheyHaveNccl) {
+    // Answered without a GPU: whether the configure found NCCL (common/CMakeLists.txt), which
+    // module 11's timed case needs; the table's last entry, so its layout matches the header's.
+    EXPECT_EQ(course::baseline::nccl_available(), COURSE_HAVE_NCCL == 1);
+}
+
 }  // namespace

@@ -9,6 +9,9 @@
 
 namespace course::baseline {
 
+// The element type of a collective's buffers.
+enum class Element { float32, int32 };
+
 struct Table {
     void (*device_copy)(void* dst, const void* src, std::size_t bytes);
     void (*cublas_sgemm)(int M, int N, int K, const float* A, const float* B, float* C);
@@ -39,6 +42,9 @@ struct Table {
                                           std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV,
                                           int batch, int heads, int T, int D, float scale,
                                           bool causal, int qkv_row_stride, int o_row_stride);
+    bool (*nccl_available)();
+    void (*nccl_all_reduce_sum)(void* const* buffers, int gpus, std::size_t count,
+                                Element element);
 };
 
 // The C name of the library's `const Table* course_baselines_table()`.

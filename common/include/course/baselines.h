@@ -183,5 +183,19 @@ inline void cudnn_attention_backward_token_major_bf16(
                                           causal, qkv_row_stride, o_row_stride);
 }
 
+// Whether the NCCL baselines can run here: the course was built with NCCL (COURSE_NCCL_ROOT,
+// common/CMakeLists.txt). Checkers skip their NCCL cases (with this reason) when it is false.
+inline bool nccl_available() { return loaded().table && table().nccl_available(); }
+
+// Every buffers[g] (on GPU g, g = 0 .. gpus-1, `count` elements) replaced by the elementwise sum
+// of all of them: ncclAllReduce with ncclSum, in place, one communicator per GPU of one process
+// (ncclCommInitAll, made on the first call for `gpus` and kept). Enqueued on each GPU's default
+// stream, like the exercise it is timed against; leaves the current device as it was. Throws
+// when !nccl_available().
+inline void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count,
+                                Element element) {
+    table().nccl_all_reduce_sum(buffers, gpus, count, element);
+}
+
 }  // namespace
 }  // namespace course::baseline

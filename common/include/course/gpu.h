@@ -34,6 +34,10 @@ const GpuInfo& gpu();
 // Why a test needing compute capability `min_sm` cannot run here, or nothing.
 std::optional<std::string> gpu_skip_reason(int min_sm);
 
+// Why a test needing `min_gpus` GPUs of this machine cannot run here ("needs 2 GPUs, this machine
+// has 1"), or nothing.
+std::optional<std::string> gpu_count_skip_reason(int min_gpus);
+
 // Why a test needing `bytes` of free device memory cannot run here, or nothing.
 std::optional<std::string> memory_skip_reason(std::size_t bytes);
 

@@ -24,13 +24,19 @@
     "COURSE_MIN_SM comes from the manifest's min_sm through course_exercise() (cmake/Course.cmake)"
 #endif
 
+#ifndef COURSE_MIN_GPUS
+#define COURSE_MIN_GPUS 1  // the manifest's min_gpus (module 11's collectives need 2)
+#endif
+
 namespace course {
 
 class GpuTest : public testing::Test {
   protected:
     void SetUp() override {
         RecordProperty("seed", std::to_string(run_seed()));
-        if (auto reason = gpu_skip_reason(COURSE_MIN_SM)) {
+        auto reason = gpu_skip_reason(COURSE_MIN_SM);
+        if (!reason) reason = gpu_count_skip_reason(COURSE_MIN_GPUS);
+        if (reason) {
             RecordProperty("skip_reason", *reason);
             GTEST_SKIP() << *reason;
         }

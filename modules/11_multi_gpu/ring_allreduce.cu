@@ -1,0 +1,94 @@
+// 11_multi_gpu/ring_allreduce: the sum of one buffer per GPU, left on every GPU, by a ring.
+//
+// Teaches: the ring all-reduce, the collective behind data-parallel training. Cut the buffers
+// into one chunk per GPU. Reduce-scatter: in gpus - 1 steps each GPU pulls a chunk from its left
+// neighbour (a peer-to-peer copy) and adds it into its own copy with your kernel, so that each
+// GPU ends with the full sum of one chunk. All-gather: in gpus - 1 more steps the finished chunks
+// travel around the ring. Order the steps across GPUs with CUDA events, not with host
+// synchronization. Timed against ncclAllReduce as bus bandwidth (notes/11_multi_gpu.md).
+//
+// Run:  grader run 11/ring_allreduce      Stuck:  grader hint 11/ring_allreduce
+// Contract: ring_allreduce.h              Notes:  notes/11_multi_gpu.md
+// Needs 2 GPUs of one machine; with fewer the grader reports skipped, with the reason.
+#include <algorithm>
+
+#include "course/exercise.h"
+#include "ring_allreduce.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 4096;  // enough to fill any GPU; a grid-stride loop does the rest
+constexpr int kMaxGpus = 64;      // one event per GPU, kept between calls
+
+// dst[i] += src[i] for i < n: the reduction of one step, on the receiving GPU.
+template <typename T>
+__global__ void add_into_kernel(T* dst, const T* src, std::size_t n) {
+    // TODO: a grid-stride loop over i < n (std::size_t indices: n can be large).
+}
+
+template <typename T>
+void add_into(T* dst, const T* src, std::size_t n) {
+    // TODO: launch add_into_kernel with kThreads per block and enough blocks for n (at most
+    //       kMaxBlocks, course::ceil_div), then CUDA_CHECK_LAUNCH().
+}
+
+// Chunk c of the buffer: elements [begin, begin + size). The last chunks may be shorter, or
+// empty when count < gpus.
+struct Chunk {
+    std::size_t begin;
+    std::size_t size;
+};
+
+Chunk chunk_of(int c, int gpus, std::size_t count) {
+    const std::size_t per_chunk = course::ceil_div(count, static_cast<std::size_t>(gpus));
+    const std::size_t begin = std::min(count, c * per_chunk);
+    return {begin, std::min(count, begin + per_chunk) - begin};
+}
+
+// The event GPU g records when its part of a step is done. Created on the first call, with GPU g
+// current (an event belongs to the device that creates it: record step_done(g) on every GPU
+// before any GPU waits on its neighbour's); no timing, so recording is cheap.
+cudaEvent_t step_done(int g) {
+    static cudaEvent_t events[kMaxGpus] = {};
+    if (!events[g]) CUDA_CHECK(cudaEventCreateWithFlags(&events[g], cudaEventDisableTiming));
+    return events[g];
+}
+
+// One step of the ring: GPU g pulls chunk chunk_for(g) from its left neighbour, into scratch[g]
+// when reduce (then adds it into its own copy), else straight into its own copy.
+template <typename T, typename ChunkFor>
+void ring_step(T* const* buffers, T* const* scratch, int gpus, std::size_t count,
+               ChunkFor chunk_for, bool reduce) {
+    // TODO: first, for every GPU g (cudaSetDevice(g)): its default stream waits
+    //       (cudaStreamWaitEvent) for step_done of its left neighbour, (g + gpus - 1) % gpus:
+    //       the chunk it pulls now was finished there in the previous step. Enqueue all the
+    //       waits before any record of this step (a wait takes the event's latest record).
+    // TODO: then for every GPU g: the chunk's copy from the left neighbour's buffer
+    //       (cudaMemcpyPeerAsync, on g's stream 0), into scratch[g] then add_into its own copy
+    //       when reduce, else straight into its own copy; skip an empty chunk. Last, record
+    //       step_done(g) on g's stream, empty chunk or not.
+}
+
+template <typename T>
+void ring_allreduce_typed(T* const* buffers, T* const* scratch, int gpus, std::size_t count) {
+    // TODO: remember the current device (cudaGetDevice), and give it back at the end.
+    // TODO: record step_done(g) on every GPU first: what the caller enqueued there (the inputs)
+    //       must be done before a neighbour pulls from it.
+    // TODO: reduce-scatter, gpus - 1 ring steps: at step s GPU g receives chunk
+    //       (g - 1 - s) mod gpus (keep the remainder non-negative). Which chunk does GPU g hold
+    //       the full sum of at the end?
+    // TODO: all-gather, gpus - 1 ring steps without the add: at step s GPU g receives chunk
+    //       (g - s) mod gpus.
+    COURSE_TODO("ring_allreduce: write the kernel and the two phases, then delete this line");
+}
+
+}  // namespace
+
+void ring_allreduce(float* const* buffers, float* const* scratch, int gpus, std::size_t count) {
+    ring_allreduce_typed(buffers, scratch, gpus, count);
+}
+
+void ring_allreduce(int* const* buffers, int* const* scratch, int gpus, std::size_t count) {
+    ring_allreduce_typed(buffers, scratch, gpus, count);
+}

@@ -1,0 +1,103 @@
+"""train_gpt's data parallelism (trainer/launch.sh, trainer/data_parallel.h): the environment's
+errors (CI: checked before the GPU is touched), one rank through NCCL against no NCCL at all (one
+GPU), a rank with no GPU of its own stopping the run, and 2 GPUs at -b 2 against one at -b 4
+(skipped below 2 GPUs)."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_cli import fails
+
+LAUNCH = Path(__file__).resolve().parents[1] / "launch.sh"
+
+
+def test_world_without_rendezvous(train_gpt):
+    code, line = fails_with_env(train_gpt, {"WORLD_SIZE": "2"})
+    assert code == 2 and "WORLD_SIZE=2 without RENDEZVOUS: start the processes with trainer/launch.sh" in line
+
+
+def test_rank_outside_the_world(train_gpt, tmp_path):
+    code, line = fails_with_env(train_gpt, {"RANK": "2", "WORLD_SIZE": "2", "RENDEZVOUS": str(tmp_path)})
+    assert code == 2 and "RANK=2 with WORLD_SIZE=2: ranks go from 0 to 1" in line
+
+
+def test_world_not_a_number(train_gpt):
+    code, line = fails_with_env(train_gpt, {"WORLD_SIZE": "two"})
+    assert code == 2 and "WORLD_SIZE=two: a whole number" in line
+
+
+def test_launch_usage():
+    result = subprocess.run([str(LAUNCH)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "usage: trainer/launch.sh N" in result.stderr
+
+
+def fails_with_env(train_gpt, env):
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return fails(train_gpt, "--steps", "1")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def gpus():
+    try:
+        out = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return len([line for line in out.splitlines() if line.startswith("GPU ")])
+
+
+def train(train_gpt, out, *args, launch=None):
+    common = ["--val-every", "0", "--sample-length", "0", "--no-checkpoint", "--dtype", "fp32", "--out", str(out)]
+    command = [str(LAUNCH), str(launch), *args, *common] if launch else [train_gpt, *args, *common]
+    result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=600,
+                            env={**os.environ, "TRAIN_GPT": train_gpt})
+    if "no CUDA GPU" in result.stderr:
+        pytest.skip("no CUDA GPU")
+    if "built without NCCL" in result.stderr:
+        pytest.skip("this train_gpt was built without NCCL")
+    return result
+
+
+def losses(out):
+    return [float(line.split(",")[1]) for line in (out / "loss.csv").read_text().splitlines()[1:]]
+
+
+def test_one_rank_through_nccl_is_one_process(train_gpt, byte_data, tmp_path):
+    """launch.sh 1: NCCL's all-reduce over one rank, bit for bit the run without it."""
+    args = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "10"]
+    alone = train(train_gpt, tmp_path / "alone", *args)
+    assert alone.returncode == 0, alone.stderr
+    launched = train(train_gpt, tmp_path / "launched", *args, launch=1)
+    assert launched.returncode == 0, launched.stderr
+    assert "x 1 GPUs" in launched.stdout
+    assert losses(tmp_path / "launched") == losses(tmp_path / "alone")
+
+
+def test_a_rank_without_a_gpu_stops_the_run(train_gpt, byte_data, tmp_path):
+    n = gpus()
+    if n == 0:
+        pytest.skip("no CUDA GPU")
+    result = train(train_gpt, tmp_path / "run", "--data", str(byte_data), "-m", "tiny", "--steps", "5",
+                   launch=n + 1)
+    assert result.returncode != 0
+    assert f"rank {n} needs GPU {n}, this machine shows {n}" in result.stderr
+
+
+def test_two_gpus_take_the_step_of_one_at_twice_the_batch(train_gpt, byte_data, tmp_path):
+    if gpus() < 2:
+        pytest.skip(f"needs 2 GPUs, this machine has {gpus()}")
+    args = ["--data", str(byte_data), "-m", "tiny", "--steps", "20"]
+    one = train(train_gpt, tmp_path / "one", *args, "-b", "4")
+    assert one.returncode == 0, one.stderr
+    two = train(train_gpt, tmp_path / "two", *args, "-b", "2", launch=2)
+    assert two.returncode == 0, two.stderr
+    # fp32: the same sums in another order (two halves, then NCCL's sum of the two)
+    assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=1e-4)
