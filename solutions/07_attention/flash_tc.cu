@@ -30,7 +30,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <int kD, int kRows>
 __device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row0, int T) {
     constexpr int kChunksPerRow = kD / 8;
-    for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+    // Every thread copies the same number of chunks: with a trip count known at compile time the
+    // loop unrolls and all of a thread's copies are in flight at once.
+    static_assert(kRows * kChunksPerRow % kThreads == 0, "every thread copies as many chunks");
+#pragma unroll
+    for (int n = 0; n < kRows * kChunksPerRow / kThreads; ++n) {
+        const int chunk = threadIdx.x + n * kThreads;
         const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
         const bool valid = row0 + row < T;
         // A row past the end reads nothing (src-size 0); its address must still be a valid one.
