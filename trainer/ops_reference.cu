@@ -1,17 +1,20 @@
 // trainer/ops_reference: the course's reference implementation of every op of the GPT trainer.
 //
 // Teaches: what a transformer's training step is made of at the kernel level. The matrix products
-// (every linear layer, and attention's two products per head) go to cuBLASLt with float
-// accumulation, the bias added in the GEMM's epilogue; everything between them is a memory-bound
-// kernel, written here one per op: embedding, LayerNorm (a warp per row), causal softmax (a warp
-// per row), GELU, the residual add, a fused softmax cross-entropy that writes its gradient over the
-// logits, and a fused AdamW. Attention in bf16 with heads of 64 or 128 is module 07's flash
-// attention (the fast references of flash_tc and flash_backward, through their contracts) on GPUs
-// with bf16 tensor cores; elsewhere the scores are written out and softmaxed between two products.
-// Every reduction into a parameter gradient runs in a fixed order; so does everything else but the
-// flash backward's dq, whose float atomics make bf16 runs with flash attention repeat to rounding
-// rather than bit for bit. In the all-fp32 mode, LayerNorm's forward and the causal softmax are
-// module 06's fast references, called through their contracts.
+// (every linear layer, and attention's two products per head where it is not fused) go to
+// cuBLASLt with float accumulation, with what can ride in the product's epilogue: the bias, the
+// MLP's GELU and its derivative, the bias gradient. Everything between them is a memory-bound
+// kernel, written here one per op, 16 bytes per access: embedding, LayerNorm (a warp per row),
+// causal softmax (a warp per row), the residual add, a fused softmax cross-entropy that writes its
+// gradient over the logits, and a fused AdamW. Attention in bf16 with heads of 64 or 128 is fused
+// on GPUs with bf16 tensor cores: cuDNN's flash attention reading the packed qkv in place, where
+// the build has cuDNN, else module 07's (the fast references of flash_tc and flash_backward,
+// through their contracts); elsewhere the scores are written out and softmaxed between two
+// products. Every reduction into a parameter gradient runs in a fixed order; so does everything
+// else but the fused backwards' dq (module 07's float atomics make bf16 runs with it repeat to
+// rounding rather than bit for bit; cuDNN does not promise either). In the all-fp32 mode,
+// LayerNorm's forward and the causal softmax are module 06's fast references, called through
+// their contracts.
 //
 // Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
 // Interface: ops.h
