@@ -9,6 +9,10 @@
 #
 #   OUT=dir BUDGET_S=540 dev/accept_trainer.sh [TRAIN_STEPS]   (default 1000; needs
 #                                     data/shakespeare, made by trainer/prepare_data.py)
+#   QUICK=1 OUT=dir dev/accept_trainer.sh    the loop while tuning (about 90 s): the GPU tests (and
+#                                     cuDNN's attention against the reference), the agreement in
+#                                     fp32 and bf16, GPT-2 124M's ms per step alone, and the kernels'
+#                                     times; nothing against PyTorch's speed, no long run.
 # BUDGET_S (default 3600) bounds the whole run: each step gets what is left of it, so a hung or
 # slow step still leaves the logs of the others.
 # Logs go to $OUT (default build/accept-trainer): trainer.txt holds everything, summary.txt the
@@ -38,22 +42,29 @@ step() {  # step NAME COMMAND...: runs it, its output to the log, its tail and s
   return $rc
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
+quick=${QUICK:-0}
 step build bash -o pipefail -c "cmake -S . -B build/trainer -G Ninja -DCOURSE_VARIANTS=solution \
-  -DCOURSE_TEST_GRADER=OFF > /dev/null && ninja -C build/trainer train_gpt trainer_tests | tail -3" || exit 1
+  -DCOURSE_TEST_GRADER=OFF > /dev/null && ninja -C build/trainer train_gpt trainer_tests \
+  course_cudnn_attention_test | tail -3" || exit 1
 bin=build/trainer/bin
+gpt2=(-m gpt2-124m -b 16 -t 1024 --val-every 0 --sample-length 0 --no-checkpoint)
 TAIL=4 step gpu-tests "$bin/trainer_tests"
-TAIL=4 step pytest env TRAIN_GPT=$bin/train_gpt python3 -m pytest -q -p no:cacheprovider trainer/tests
+TAIL=4 step cudnn-attention build/trainer/common/course_cudnn_attention_test
+[ "$quick" = 1 ] || TAIL=4 step pytest env TRAIN_GPT=$bin/train_gpt python3 -m pytest -q -p no:cacheprovider trainer/tests
 TAIL=8 step agree-fp32 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype fp32 --out "$work"
 TAIL=10 step agree-bf16 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 --out "$work"
-TAIL=10 step agree-bf16-flash python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 \
-  --attention flash --out "$work"
-TAIL=7 step bench python3 trainer/torch_check.py bench --train-gpt $bin/train_gpt --steps 20 --out "$work"
-TAIL=18 step profile "$bin/train_gpt" -m gpt2-124m -b 16 -t 1024 --steps 6 --kernels profile \
-  --val-every 0 --sample-length 0 --no-checkpoint --out "$work/profile"
+if [ "$quick" = 1 ]; then
+  TAIL=2 step speed "$bin/train_gpt" "${gpt2[@]}" --steps 20 --out "$work/speed"
+else
+  TAIL=10 step agree-bf16-flash python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 \
+    --attention flash --out "$work"
+  TAIL=7 step bench python3 trainer/torch_check.py bench --train-gpt $bin/train_gpt --steps 20 --out "$work"
+  TAIL=18 step profile "$bin/train_gpt" "${gpt2[@]}" --steps 6 --kernels profile --out "$work/profile"
+fi
 TAIL=22 step kernels bash -c "ncu --metrics gpu__time_duration.sum --clock-control none --cache-control none \
-  --csv --log-file '$work/ncu.csv' $bin/train_gpt -m gpt2-124m -b 16 -t 1024 --steps 1 --val-every 0 \
-  --sample-length 0 --no-checkpoint --out '$work/ncu' > /dev/null && python3 dev/kernel_times.py '$work/ncu.csv' --top 20"
-TAIL=12 step train python3 trainer/torch_check.py train --train-gpt $bin/train_gpt --model gpt2-124m \
+  --csv --log-file '$work/ncu.csv' $bin/train_gpt ${gpt2[*]} --steps 1 --out '$work/ncu' > /dev/null \
+  && python3 dev/kernel_times.py '$work/ncu.csv' --top 20"
+[ "$quick" = 1 ] || TAIL=12 step train python3 trainer/torch_check.py train --train-gpt $bin/train_gpt --model gpt2-124m \
   -b 16 -t 1024 --steps "$steps" --out "$work"
 cp "$work/train_gpt2-124m/loss.csv" "$out/loss_gpt2-124m.csv" 2>/dev/null
 rm -f "$out/step.txt"

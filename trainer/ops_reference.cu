@@ -255,7 +255,7 @@ bool gemm(Out* d, const In* a, const In* b, Fused fused, int m, int n, int k, bo
     const int align_d = alignment_of(d, stride_d * sizeof(Out));
     const GemmKey key{std::is_same_v<In, bf16>,
                       std::is_same_v<Out, bf16>,
-                      static_cast<int>(fused.kind),
+                      static_cast<int>(lt_epilogue(fused)),
                       m,
                       n,
                       k,
@@ -414,20 +414,17 @@ void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, c
     // dweight[OC, C] += dout^T @ inp: column-major dweight^T (C x OC) = inp^T (C x rows) @ dout
     // (rows x OC, the transpose of dout^T as stored). dbias[OC] += the column sums of dout, which
     // are op(B)'s sums over k: the same product's epilogue computes them as it reads dout, into
-    // scratch (it overwrites), then added.
-    if (!dbias) {
-        gemm(dweight, inp, dout, {}, C, OC, rows, false, true, C, OC, C, 1.0f, 1.0f);
-        return;
-    }
-    float* column_sums = scratch_floats(OC);
-    if (!gemm(dweight, inp, dout, {Epilogue::kBiasGradient, column_sums}, C, OC, rows, false, true,
-              C, OC, C, 1.0f, 1.0f)) {
-        // No such epilogue here: the weight gradient alone, and the sums as a product with a
-        // column of ones (rereading dout).
-        gemm(dweight, inp, dout, {}, C, OC, rows, false, true, C, OC, C, 1.0f, 1.0f);
+    // scratch (it overwrites), then added; where cuBLASLt has no such epilogue, a product with a
+    // column of ones (rereading dout).
+    float* column_sums = dbias ? scratch_floats(OC) : nullptr;
+    const bool sums_fused =
+        dbias && gemm(dweight, inp, dout, {Epilogue::kBiasGradient, column_sums}, C, OC, rows,
+                      false, true, C, OC, C, 1.0f, 1.0f);
+    if (!sums_fused) gemm(dweight, inp, dout, {}, C, OC, rows, false, true, C, OC, C, 1.0f, 1.0f);
+    if (!dbias) return;
+    if (!sums_fused)
         gemm(column_sums, dout, ones<Act>(rows), {}, OC, 1, rows, false, false, OC, rows, OC, 1.0f,
              0.0f);
-    }
     elementwise<float, Add>(dbias, dbias, column_sums, OC);
 }
 

@@ -242,10 +242,9 @@ def agree(args):
             worst, worst_name = error, name
     ok &= report(f"gradients, worst tensor ({worst_name})", worst, tol_grads)
     # The same steps in PyTorch from the same weights; losses side by side.
-    model = Gpt(c, params).cuda()
-    loader = Loader(f"{args.data}/train_*.bin", B, T)
-    warmup = steps // 10
-    theirs = train_torch(model, loader, steps, 6e-4, warmup, autocast=False)
+    torch_losses = lambda autocast: train_torch(Gpt(c, params).cuda(), Loader(f"{args.data}/train_*.bin", B, T),
+                                                steps, 6e-4, steps // 10, autocast=autocast)
+    theirs = torch_losses(autocast=False)
     ours = read_csv_losses(out / "loss.csv")
     # Judged on the means of 10 steps, the curve one plots: a step's loss is one small batch's, and
     # two bf16 runs that round differently reach slightly different weights, which one batch can
@@ -258,9 +257,7 @@ def agree(args):
     print(f"  (one step: at most {gaps[worst]:.3e}, at step {worst + 1}: {ours[worst]:.4f} against "
           f"{theirs[worst]:.4f})")
     if args.dtype == "bf16":  # for scale: PyTorch's own bf16 (autocast) against its fp32
-        model = Gpt(c, params).cuda()
-        loader = Loader(f"{args.data}/train_*.bin", B, T)
-        autocast = train_torch(model, loader, steps, 6e-4, warmup, autocast=True)
+        autocast = torch_losses(autocast=True)
         own = max(abs(a - b) for a, b in zip(means(autocast), means(theirs)))
         one = max(abs(a - b) for a, b in zip(autocast, theirs))
         print(f"  (PyTorch's autocast bf16 against its fp32: means {own:.3e}, one step {one:.3e})")

@@ -475,7 +475,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     std::size_t peak_used = 0;
     for (int step = resumed ? resumed->step : 0; step < o.steps; ++step) {
         float val_loss = NAN;
-        if (val && ranks.main() && step % o.val_every == 0) {
+        if (val && step % o.val_every == 0) {
             val_loss = validation_loss();
             std::printf("step %5d | val loss %.4f\n", step, val_loss);
         }
@@ -537,7 +537,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             << (std::isnan(val_loss) ? "" : std::to_string(val_loss)) << ',' << lr << ',' << norm
             << ',' << 1e3 * seconds << ',' << tokens_per_s << '\n';
     }
-    if (val && ranks.main()) {
+    if (val) {
         const float val_loss = validation_loss();
         std::printf("step %5d | val loss %.4f\n", o.steps, val_loss);
         csv << o.steps << ",," << val_loss << ",,,,\n";
@@ -596,7 +596,7 @@ int main_checked(int argc, char** argv) {
     std::unique_ptr<TokenLoader> train, val;
     if (!o.generate) {
         train = std::make_unique<TokenLoader>(o.train, config.vocab_size, o.batch, T);
-        if (o.val_every > 0)
+        if (o.val_every > 0 && ranks.main())  // rank 0 validates for all
             val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
     }
 

@@ -13,37 +13,30 @@ from test_cli import fails
 LAUNCH = Path(__file__).resolve().parents[1] / "launch.sh"
 
 
-def test_world_without_rendezvous(train_gpt):
-    code, line = fails_with_env(train_gpt, {"WORLD_SIZE": "2"})
+def fails_with_env(train_gpt, monkeypatch, **env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return fails(train_gpt, "--steps", "1")
+
+
+def test_world_without_rendezvous(train_gpt, monkeypatch):
+    code, line = fails_with_env(train_gpt, monkeypatch, WORLD_SIZE="2")
     assert code == 2 and "WORLD_SIZE=2 without RENDEZVOUS: start the processes with trainer/launch.sh" in line
 
 
-def test_rank_outside_the_world(train_gpt, tmp_path):
-    code, line = fails_with_env(train_gpt, {"RANK": "2", "WORLD_SIZE": "2", "RENDEZVOUS": str(tmp_path)})
+def test_rank_outside_the_world(train_gpt, monkeypatch, tmp_path):
+    code, line = fails_with_env(train_gpt, monkeypatch, RANK="2", WORLD_SIZE="2", RENDEZVOUS=str(tmp_path))
     assert code == 2 and "RANK=2 with WORLD_SIZE=2: ranks go from 0 to 1" in line
 
 
-def test_world_not_a_number(train_gpt):
-    code, line = fails_with_env(train_gpt, {"WORLD_SIZE": "two"})
+def test_world_not_a_number(train_gpt, monkeypatch):
+    code, line = fails_with_env(train_gpt, monkeypatch, WORLD_SIZE="two")
     assert code == 2 and "WORLD_SIZE=two: a whole number" in line
 
 
 def test_launch_usage():
     result = subprocess.run([str(LAUNCH)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "usage: trainer/launch.sh N" in result.stderr
-
-
-def fails_with_env(train_gpt, env):
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return fails(train_gpt, "--steps", "1")
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def gpus():
