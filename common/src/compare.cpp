@@ -29,26 +29,41 @@ std::string position(std::size_t k, const CompareOptions& opt) {
            std::to_string(index % opt.matrix->cols) + ")";
 }
 
-constexpr std::size_t kTwoTo31 = std::size_t{1} << 31;
-constexpr std::size_t kTwoTo32 = std::size_t{1} << 32;
+// Where 32-bit arithmetic breaks on an index of 4-byte elements (floats, ints): the index itself
+// in an int (2^31) or an unsigned int (2^32), or its byte offset, 4 times it, in an int (element
+// 2^29) or an unsigned int (2^30).
+struct Limit {
+    std::size_t at;
+    const char* index;    // "2^31 = 2147483648"
+    const char* what;     // what overflows there
+    const char* largest;  // the type's largest value
+};
+constexpr Limit kLimits[] = {
+    {std::size_t{1} << 32, "2^32 = 4294967296", "an index or offset computed in 32-bit unsigned",
+     "unsigned int is 2^32 - 1"},
+    {std::size_t{1} << 31, "2^31 = 2147483648", "an index or offset computed in 32-bit int",
+     "int is 2^31 - 1"},
+    {std::size_t{1} << 30, "2^30 = 1073741824",
+     "a byte offset of 4-byte elements (4 x 2^30 = 2^32 bytes) computed in 32-bit unsigned",
+     "unsigned int is 2^32 - 1"},
+    {std::size_t{1} << 29, "2^29 = 536870912",
+     "a byte offset of 4-byte elements (4 x 2^29 = 2^31 bytes) computed in 32-bit int",
+     "int is 2^31 - 1"},
+};
 
-// When every wrong element lies at or past 2^31 (or 2^32) of the whole output and every one
-// compared below it is right: the mark of 32-bit index arithmetic.
+// When every wrong element lies at or past one of kLimits of the whole output and every one
+// compared below it is right: the mark of 32-bit index (or byte offset) arithmetic.
 std::string index_overflow(const detail::Mismatches& m, const CompareOptions& opt) {
     const std::size_t first = whole_index(m.first_wrong, opt);
-    for (const std::size_t limit : {kTwoTo32, kTwoTo31}) {
-        if (first < limit) continue;
-        const bool right_below = m.first_wrong > 0 && whole_index(0, opt) < limit;
+    for (const Limit& limit : kLimits) {
+        if (first < limit.at) continue;
+        const bool right_below = m.first_wrong > 0 && whole_index(0, opt) < limit.at;
         if (!right_below) return "";
-        const bool is_int = limit == kTwoTo31;
-        return std::string("every element compared below index ") +
-               (is_int ? "2^31 = 2147483648" : "2^32 = 4294967296") +
-               " is right, and the first wrong one is " + position(m.first_wrong, opt) +
-               ": an index or offset computed in 32-bit " + (is_int ? "int" : "unsigned") +
-               " arithmetic overflows there (the largest " +
-               (is_int ? "int is 2^31 - 1" : "unsigned int is 2^32 - 1") +
-               "). Compute indices in std::size_t, and widen "
-               "before multiplying: std::size_t(row) * cols, not row * cols";
+        return std::string("every element compared below index ") + limit.index +
+               " is right, and the first wrong one is " + position(m.first_wrong, opt) + ": " +
+               limit.what + " arithmetic overflows there (the largest " + limit.largest +
+               "). Compute indices and offsets in std::size_t, and widen before multiplying: "
+               "std::size_t(row) * cols, not row * cols";
     }
     return "";
 }

@@ -151,6 +151,27 @@ TEST(Compare, SampledElementsAreNamedByTheirIndexInTheWholeOutput) {
     EXPECT_THAT(result.message(), testing::HasSubstr("[2147483648] got NaN/poison"));
 }
 
+TEST(Compare, OnlyElementsPastAByteOffsetsLimitWrongAreNamedSo) {
+    // Rows of C around elements 0, 2^29, 2^30 and the end: wrong from 2^30 on, where the byte
+    // offset of a float, 4 x 2^30, leaves a 32-bit unsigned int.
+    const std::size_t two_to_29 = std::size_t{1} << 29, two_to_30 = std::size_t{1} << 30;
+    std::vector<std::size_t> indices{0, 1, two_to_29, two_to_29 + 1, two_to_30, two_to_30 + 1};
+    std::vector<float> got{1.0f, 1.0f, 1.0f, 1.0f, 7.0f, 7.0f};
+    CompareOptions options{"C"};
+    options.indices = indices;
+    auto result =
+        course::expect_close(got, std::vector<double>(6, 1.0), Tolerance::exact(), options);
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("below index 2^30 = 1073741824 is right"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("4 x 2^30 = 2^32 bytes) computed in 32-bit "
+                                                     "unsigned arithmetic overflows there"));
+    // Wrong from 2^29 on: a byte offset in an int.
+    got[2] = got[3] = 7.0f;
+    result = course::expect_close(got, std::vector<double>(6, 1.0), Tolerance::exact(), options);
+    EXPECT_THAT(result.message(), testing::HasSubstr("4 x 2^29 = 2^31 bytes) computed in 32-bit "
+                                                     "int arithmetic overflows there"));
+}
+
 TEST(Compare, NoOverflowDiagnosisWhenElementsBelow2To31AreWrongToo) {
     const std::size_t two_to_31 = std::size_t{1} << 31;
     CompareOptions options{"c"};
