@@ -23,17 +23,18 @@ FORBIDDEN_NAME_PREFIXES = ("cublas", "cudnn", "nccl")
 FORBIDDEN_COURSE_HEADERS = ("course/baselines.h", "course/baseline_table.h")
 
 
-def forbidden_header(path: str, root: str = "/") -> str | None:
+def forbidden_header(path: str, root: str = "/", allowed: str = "") -> str | None:
     """The header as it would be included (`cub/device/device_reduce.cuh`) when `path`, a file the
     compiler read, is one an exercise may not use; None otherwise. Inside the course (`root`)
-    only the part of the path below it counts: a clone in ~/cub/course is not CUB."""
+    only the part of the path below it counts: a clone in ~/cub/course is not CUB. `allowed` is
+    the library the exercise may call (its manifest's `library`): its headers pass."""
     file = PurePosixPath(path)
     parts = file.relative_to(root).parts if file.is_relative_to(root) else file.parts
     for index in reversed(range(len(parts) - 1)):  # the innermost folder: the include's root
         if parts[index] in FORBIDDEN_FOLDERS:
             return "/".join(parts[index:])
     if parts and parts[-1].startswith(FORBIDDEN_NAME_PREFIXES):
-        return parts[-1]
+        return None if allowed and parts[-1].startswith(allowed) else parts[-1]
     for header in FORBIDDEN_COURSE_HEADERS:
         if path.endswith("/" + header):
             return header
@@ -65,7 +66,7 @@ def read_headers(tree: BuildTree, exercise: Exercise) -> list[str]:
 def refused_header(tree: BuildTree, exercise: Exercise) -> str | None:
     """The first header an exercise may not use that its source made the compiler read."""
     for path in read_headers(tree, exercise):
-        header = forbidden_header(path, str(tree.course.root))
+        header = forbidden_header(path, str(tree.course.root), exercise.library)
         if header:
             return header
     return None

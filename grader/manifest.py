@@ -31,14 +31,20 @@ EXERCISE_SCHEMA = {
     "fast_solution": (str, "a string"),
     "min_gpus": (int, "an integer"),
     "case_targets": (dict, "a table of timed-case label = ratio"),
+    "library": (str, "a string"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets",
+                          "library"}
+# The libraries an exercise may be allowed to call (`library`): linked into its learner target
+# and let through the library ban (grader/library_ban.py). NCCL: module 11's data_parallel_step
+# hands its buckets to NCCL's all-reduce, and is timed against the same all-reduce unoverlapped.
+EXERCISE_LIBRARIES = ("nccl",)
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
-CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution")
+CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution", "library")
 CMAKE_LINE = re.compile(
-    r'^(?:(id|file|checker|fast_solution) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
+    r'^(?:(id|file|checker|fast_solution|library) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
 CMAKE_ENTRY = "[[exercise]]"
 
 
@@ -67,6 +73,9 @@ class Exercise:
     # Where the target differs between timed cases: (case label, ratio) for each judged case (the
     # others are shown, not judged); empty when every case is judged against `target`.
     case_targets: tuple[tuple[str, float], ...] = ()
+    # The one library the exercise may call (EXERCISE_LIBRARIES), "" for none: linked into its
+    # targets, let through the library ban.
+    library: str = ""
 
     @property
     def key(self) -> str:
@@ -156,6 +165,8 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
     if entry["target"] > 0 and not entry["baseline"]:
         problems.append(f"{where}: a 'target' needs a 'baseline' (it is a ratio to the baseline)")
     problems += _case_target_problems(where, entry)
+    if entry.get("library", EXERCISE_LIBRARIES[0]) not in EXERCISE_LIBRARIES:
+        problems.append(f"{where}: 'library' may be {', '.join(EXERCISE_LIBRARIES)}")
     fast = entry.get("fast_solution")
     if fast is not None and (Path(fast).suffix != Path(entry["file"]).suffix or "/" in fast
                              or fast == entry["file"]):
@@ -234,6 +245,7 @@ def _module(name: str, data: dict) -> Module:
             min_gpus=entry.get("min_gpus", 1),
             case_targets=tuple((label, float(ratio))
                                for label, ratio in entry.get("case_targets", {}).items()),
+            library=entry.get("library", ""),
         )
         for entry in data["exercise"]
     )

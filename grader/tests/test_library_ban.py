@@ -56,3 +56,12 @@ def test_only_the_part_below_the_course_root_counts():
                             "/home/ada/cub/course") is None
     assert forbidden_header("/home/ada/cub/course/modules/01_basics/thrust/sort.h",
                             "/home/ada/cub/course") == "thrust/sort.h"
+
+
+def test_the_exercises_own_library_passes_and_no_other():
+    """module 11's data_parallel_step calls NCCL (its manifest's `library`): NCCL's headers and
+    the course's NCCL_CHECK pass for it, cuBLAS does not, and NCCL is refused to the others."""
+    for path in ("/usr/local/cuda/include/nccl.h", "/course/common/include/course/nccl.h"):
+        assert forbidden_header(path, allowed="nccl") is None
+        assert forbidden_header(path) == "nccl.h"
+    assert forbidden_header("/usr/local/cuda/include/cublas_v2.h", allowed="nccl") == "cublas_v2.h"

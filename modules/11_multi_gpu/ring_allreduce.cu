@@ -17,8 +17,6 @@
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 4096;  // enough to fill any GPU; a grid-stride loop does the rest
 constexpr int kMaxGpus = 64;      // one event per GPU, kept between calls
 
 // dst[i] += src[i] for i < n: the reduction of one step, on the receiving GPU.
@@ -29,8 +27,12 @@ __global__ void add_into_kernel(T* dst, const T* src, std::size_t n) {
 
 template <typename T>
 void add_into(T* dst, const T* src, std::size_t n) {
-    // TODO: launch add_into_kernel with kThreads per block and enough blocks for n (at most
-    //       kMaxBlocks, course::ceil_div), then CUDA_CHECK_LAUNCH().
+    constexpr int kThreads = 256;
+    constexpr int kMaxBlocks = 4096;  // enough to fill any GPU; a grid-stride loop does the rest
+    const int blocks =
+        static_cast<int>(std::min<std::size_t>(course::ceil_div(n, kThreads), kMaxBlocks));
+    add_into_kernel<<<blocks, kThreads>>>(dst, src, n);
+    CUDA_CHECK_LAUNCH();
 }
 
 // Chunk c of the buffer: elements [begin, begin + size). The last chunks may be shorter, or
@@ -38,13 +40,13 @@ void add_into(T* dst, const T* src, std::size_t n) {
 struct Chunk {
     std::size_t begin;
     std::size_t size;
-};
 
-Chunk chunk_of(int c, int gpus, std::size_t count) {
-    const std::size_t per_chunk = course::ceil_div(count, static_cast<std::size_t>(gpus));
-    const std::size_t begin = std::min(count, c * per_chunk);
-    return {begin, std::min(count, begin + per_chunk) - begin};
-}
+    static Chunk of(int c, int gpus, std::size_t count) {
+        const std::size_t per_chunk = course::ceil_div(count, static_cast<std::size_t>(gpus));
+        const std::size_t begin = std::min(count, c * per_chunk);
+        return {begin, std::min(count, begin + per_chunk) - begin};
+    }
+};
 
 // The event GPU g records when its part of a step is done. Created on the first call, with GPU g
 // current (an event belongs to the device that creates it: record step_done(g) on every GPU
@@ -64,23 +66,46 @@ void ring_step(T* const* buffers, T* const* scratch, int gpus, std::size_t count
     //       (cudaStreamWaitEvent) for step_done of its left neighbour, (g + gpus - 1) % gpus:
     //       the chunk it pulls now was finished there in the previous step. Enqueue all the
     //       waits before any record of this step (a wait takes the event's latest record).
-    // TODO: then for every GPU g: the chunk's copy from the left neighbour's buffer
-    //       (cudaMemcpyPeerAsync, on g's stream 0), into scratch[g] then add_into its own copy
-    //       when reduce, else straight into its own copy; skip an empty chunk. Last, record
-    //       step_done(g) on g's stream, empty chunk or not.
+    for (int g = 0; g < gpus; ++g) {
+        const Chunk chunk = Chunk::of(chunk_for(g), gpus, count);
+        CUDA_CHECK(cudaSetDevice(g));
+        // TODO: the chunk's copy from the left neighbour's buffer, buffers[(g + gpus - 1) % gpus]
+        //       (cudaMemcpyPeerAsync, on g's stream 0): into scratch[g], then add_into its own
+        //       copy, when reduce; else straight into its own copy. Skip an empty chunk. Last,
+        //       record step_done(g) on g's stream, empty chunk or not.
+    }
 }
 
 template <typename T>
 void ring_allreduce_typed(T* const* buffers, T* const* scratch, int gpus, std::size_t count) {
     // TODO: remember the current device (cudaGetDevice), and give it back at the end.
-    // TODO: record step_done(g) on every GPU first: what the caller enqueued there (the inputs)
-    //       must be done before a neighbour pulls from it.
-    // TODO: reduce-scatter, gpus - 1 ring steps: at step s GPU g receives chunk
-    //       (g - 1 - s) mod gpus (keep the remainder non-negative). Which chunk does GPU g hold
-    //       the full sum of at the end?
-    // TODO: all-gather, gpus - 1 ring steps without the add: at step s GPU g receives chunk
-    //       (g - s) mod gpus.
-    COURSE_TODO("ring_allreduce: write the kernel and the two phases, then delete this line");
+    // Step "-1": what the caller enqueued on each GPU (the inputs) is done before a neighbour
+    // pulls from it.
+    for (int g = 0; g < gpus; ++g) {
+        CUDA_CHECK(cudaSetDevice(g));
+        CUDA_CHECK(cudaEventRecord(step_done(g), 0));
+    }
+    // Reduce-scatter, gpus - 1 ring steps.
+    for (int s = 0; s < gpus - 1; ++s)
+        ring_step(
+            buffers, scratch, gpus, count,
+            [=](int g) {
+                // TODO: the chunk GPU g receives at step s: (g - 1 - s) mod gpus, the remainder
+                //       kept non-negative. Which chunk holds the full sum on GPU g at the end?
+                return g;
+            },
+            true);
+    // All-gather, gpus - 1 ring steps without the add.
+    for (int s = 0; s < gpus - 1; ++s)
+        ring_step(
+            buffers, scratch, gpus, count,
+            [=](int g) {
+                // TODO: the chunk GPU g receives at step s: (g - s) mod gpus.
+                return g;
+            },
+            false);
+    COURSE_TODO("ring_allreduce: write the kernel, the ring step and the two phases' chunks, then "
+                "delete this line");
 }
 
 }  // namespace

@@ -18,8 +18,6 @@
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 4096;  // enough to fill any GPU; a grid-stride loop does the rest
 constexpr int kMaxGpus = 64;      // one event per GPU, kept between calls
 
 // dst[i] += src[i] for i < n: the reduction of one step, on the receiving GPU.
@@ -33,6 +31,8 @@ __global__ void add_into_kernel(T* dst, const T* src, std::size_t n) {
 
 template <typename T>
 void add_into(T* dst, const T* src, std::size_t n) {
+    constexpr int kThreads = 256;
+    constexpr int kMaxBlocks = 4096;  // enough to fill any GPU; a grid-stride loop does the rest
     const int blocks =
         static_cast<int>(std::min<std::size_t>(course::ceil_div(n, kThreads), kMaxBlocks));
     add_into_kernel<<<blocks, kThreads>>>(dst, src, n);
@@ -44,13 +44,13 @@ void add_into(T* dst, const T* src, std::size_t n) {
 struct Chunk {
     std::size_t begin;
     std::size_t size;
-};
 
-Chunk chunk_of(int c, int gpus, std::size_t count) {
-    const std::size_t per_chunk = course::ceil_div(count, static_cast<std::size_t>(gpus));
-    const std::size_t begin = std::min(count, c * per_chunk);
-    return {begin, std::min(count, begin + per_chunk) - begin};
-}
+    static Chunk of(int c, int gpus, std::size_t count) {
+        const std::size_t per_chunk = course::ceil_div(count, static_cast<std::size_t>(gpus));
+        const std::size_t begin = std::min(count, c * per_chunk);
+        return {begin, std::min(count, begin + per_chunk) - begin};
+    }
+};
 
 // The event GPU g records when its part of a step is done. Created on the first call, with GPU g
 // current (an event belongs to the device that creates it: record step_done(g) on every GPU
@@ -74,7 +74,7 @@ void ring_step(T* const* buffers, T* const* scratch, int gpus, std::size_t count
     }
     for (int g = 0; g < gpus; ++g) {
         const int left = (g + gpus - 1) % gpus;
-        const Chunk chunk = chunk_of(chunk_for(g), gpus, count);
+        const Chunk chunk = Chunk::of(chunk_for(g), gpus, count);
         CUDA_CHECK(cudaSetDevice(g));
         if (chunk.size > 0) {
             T* own = buffers[g] + chunk.begin;

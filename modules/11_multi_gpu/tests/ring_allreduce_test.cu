@@ -1,6 +1,7 @@
 // Checker of 11_multi_gpu/ring_allreduce: integer sums checked exactly on every GPU (a chunk
 // skipped, added twice or gathered too early shows), at sizes around the chunking (1, fewer
-// elements than GPUs, primes), on 2 GPUs and on all of them; float sums within a tolerance
+// elements than GPUs, primes), on 2 GPUs and on all of them, GPU 1 slow to produce its input (a
+// step that does not wait for its neighbour shows every time); float sums within a tolerance
 // derived from the number of GPUs; then the bus bandwidth at 256 MB against ncclAllReduce on the
 // same buffers, every timed call of both checked on the device. Needs 2 GPUs (min_gpus).
 #include <algorithm>
@@ -91,6 +92,31 @@ struct RingBuffers {
     }
 };
 
+__global__ void spin_kernel(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+// GPU 1 is slow to produce its input: its buffer holds the poison, and its default stream gets
+// a few milliseconds of work and then the copy of its input, all still running when
+// ring_allreduce is called. What the caller enqueued must be done before a neighbour pulls from
+// it, and so must each step before the next: a ring whose steps do not wait for the left
+// neighbour's (GPU 2 pulls from GPU 1, then the others in turn) reads the poison, every time.
+template <typename T>
+std::unique_ptr<course::DeviceBuffer<T>> make_gpu1_slow(RingBuffers<T>& ring,
+                                                        const std::vector<T>& input) {
+    OnGpu on(1);
+    auto pristine = std::make_unique<course::DeviceBuffer<T>>("pristine", input);
+    ring.buffers[1]->poison();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    spin_kernel<<<1, 1>>>(5000000);  // a few milliseconds
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpyAsync(ring.buffer_pointers[1], pristine->data(),
+                               input.size() * sizeof(T), cudaMemcpyDeviceToDevice, 0));
+    return pristine;  // kept until the GPU has used it
+}
+
 // The elementwise sum of the inputs, in double (exact for the integers used here).
 template <typename T>
 std::vector<double> sum_of(const std::vector<std::vector<T>>& inputs) {
@@ -152,6 +178,7 @@ void check_ring(const std::vector<std::vector<T>>& inputs, const course::Toleran
     const std::size_t count = inputs[0].size();
     enable_peer_access(gpus);
     RingBuffers<T> ring(inputs);
+    const auto gpu1_input = make_gpu1_slow(ring, inputs[1]);
     CUDA_CHECK(cudaSetDevice(0));
     ring_allreduce(ring.buffer_pointers.data(), ring.scratch_pointers.data(), gpus, count);
     int current = 0;
@@ -241,6 +268,7 @@ class MultiGpuTimer {
             CUDA_CHECK(cudaStreamWaitEvent(0, start_, 0));
         }
         call();
+        CUDA_CHECK(cudaSetDevice(0));  // whatever the call left current (the correctness cases say)
         for (int g = 1; g < gpus_; ++g) {
             {
                 OnGpu other(g);
