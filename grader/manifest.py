@@ -31,8 +31,10 @@ EXERCISE_SCHEMA = {
     "fast_solution": (str, "a string"),
     "min_gpus": (int, "an integer"),
     "case_targets": (dict, "a table of timed-case label = ratio"),
+    "stretch": ((int, float), "a number"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets",
+                          "stretch"}
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
@@ -67,6 +69,10 @@ class Exercise:
     # Where the target differs between timed cases: (case label, ratio) for each judged case (the
     # others are shown, not judged); empty when every case is judged against `target`.
     case_targets: tuple[tuple[str, float], ...] = ()
+    # The fast reference's figure, shown beside the target as a stretch goal: the ratio every
+    # judged case of the fast reference reaches (0: none). The target itself is what the readable
+    # solution, the one the hints lead to, reaches.
+    stretch: float = 0.0
 
     @property
     def key(self) -> str:
@@ -76,6 +82,11 @@ class Exercise:
     def target_text(self) -> str:
         """The target as the tables show it: ">= 90%", or "per case" where the cases differ."""
         return "per case" if self.case_targets else f">= {self.target:.0%}"
+
+    @property
+    def stretch_text(self) -> str:
+        """The stretch as the tables show it: ">= 50%"."""
+        return f">= {self.stretch:.0%}"
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,7 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
     if entry["target"] > 0 and not entry["baseline"]:
         problems.append(f"{where}: a 'target' needs a 'baseline' (it is a ratio to the baseline)")
     problems += _case_target_problems(where, entry)
+    problems += _stretch_problems(where, entry)
     fast = entry.get("fast_solution")
     if fast is not None and (Path(fast).suffix != Path(entry["file"]).suffix or "/" in fast
                              or fast == entry["file"]):
@@ -175,6 +187,22 @@ def _case_target_problems(where: str, entry: dict) -> list[str]:
     if entry["target"] != min(targets.values()):
         return [f"{where}: 'target' must be the lowest of 'case_targets' ({min(targets.values())}"
                 f"), the figure the tables show"]
+    return []
+
+
+def _stretch_problems(where: str, entry: dict) -> list[str]:
+    stretch = entry.get("stretch")
+    if stretch is None:
+        return []
+    if "fast_solution" not in entry:
+        return [f"{where}: a 'stretch' is the fast reference's figure: it needs a 'fast_solution'"]
+    highest = max([entry["target"], *(ratio for ratio in entry.get("case_targets", {}).values()
+                                      if _has_type(ratio, (int, float)))])
+    if highest <= 0:
+        return [f"{where}: a 'stretch' goes beside a 'target' (a ratio > 0)"]
+    if stretch <= highest:
+        return [f"{where}: 'stretch' must be above the target ({highest}): the target is what "
+                f"the readable solution reaches, the stretch what the fast reference adds"]
     return []
 
 
@@ -234,6 +262,7 @@ def _module(name: str, data: dict) -> Module:
             min_gpus=entry.get("min_gpus", 1),
             case_targets=tuple((label, float(ratio))
                                for label, ratio in entry.get("case_targets", {}).items()),
+            stretch=float(entry.get("stretch", 0)),
         )
         for entry in data["exercise"]
     )
