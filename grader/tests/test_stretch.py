@@ -55,11 +55,25 @@ def test_a_stretch_reads_beside_its_fast_reference(tmp_path):
     ('fast_solution = "a_fast.cu"\nstretch = 0.9\n', "'stretch' must be above the target (0.9)"),
     ('fast_solution = "a_fast.cu"\nstretch = 0.95\ncase_targets = { "x" = 0.9, "y" = 0.96 }\n',
      "'stretch' must be above the target (0.96)"),
+    ('fast_solution = "a_fast.cu"\nstretch = 0.9\ncase_targets = { "x" = 0.9, "y" = 0.9 }\n',
+     "'stretch' must be above the target (0.9)"),
     ('fast_solution = "a_fast.cu"\nstretch = "high"\n', "'stretch' must be a number"),
 ])
 def test_stretch_problems_are_found(tmp_path, extra, problem):
     problems = manifest_problems(tmp_path, extra)
     assert any(problem in line for line in problems), problems
+
+
+def test_a_stretch_may_equal_the_higher_of_two_case_targets(tmp_path):
+    # Module 06: 90% on the short rows is the readable solution's target already; the stretch is
+    # 90% on both shapes.
+    text = (HEADER + EXERCISE.format(id="a").replace("target = 0.9", "target = 0.7")
+            + 'fast_solution = "a_fast.cu"\nstretch = 0.9\n'
+            'case_targets = { "short" = 0.9, "long" = 0.7 }\n')
+    module_dir = tmp_path / "02_memory"
+    module_dir.mkdir()
+    (module_dir / "module.toml").write_text(text)
+    assert read_module(module_dir)[1] == []
 
 
 def test_a_stretch_goes_beside_a_target(tmp_path):
