@@ -18,7 +18,7 @@ STATUS_STYLES = {PASS: "green", FAIL: "red", TODO: "yellow", BUILD_ERROR: "red",
                  CRASH: "bold red", TIMEOUT: "magenta", SKIPPED: "cyan"}
 # Logs and CI have no terminal width to follow: wide enough that a table row never wraps, and
 # long detail lines stay whole (soft wrap), as a log reader's search expects.
-PLAIN_WIDTH = 140
+PLAIN_WIDTH = 160
 DETAIL_INDENT = "    "
 
 

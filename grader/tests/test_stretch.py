@@ -156,3 +156,20 @@ def test_per_case_targets_and_one_stretch(capsys):
     _, row, d64, d128, causal = table(capsys, fast)
     assert row.split()[-4:] == ["stretch", "met", "(>=", "50%)"]
     assert d64.split()[-1] == "74.0%" and causal.split()[-2:] == ["stretch", "met"]
+
+
+def test_the_widest_rows_of_the_course_fit_a_log_line(capsys):
+    # Logs have no terminal: rows must not be cut ("…") with the stretch beside the target. The
+    # longest names of the course: module 07's labels, baseline and target column.
+    from grader.course import load_course
+    from grader.tests.conftest import REPO
+    course = load_course(REPO)
+    for exercise in course.exercises:
+        if not exercise.stretch:
+            continue
+        labels = [label for label, _ in exercise.case_targets] or ["4096^3"]
+        cases = [PerfCase(label, exercise.metric, 1234.5, exercise.baseline, 5678.9, 0.217)
+                 for label in labels]
+        for variant in (SOLUTION, FAST):
+            lines = table(capsys, Result(exercise, variant, Outcome(PASS, perf=cases), "bin/x"))
+            assert not any("…" in line for line in lines), lines
