@@ -32,9 +32,10 @@ EXERCISE_SCHEMA = {
     "min_gpus": (int, "an integer"),
     "case_targets": (dict, "a table of timed-case label = ratio"),
     "library": (str, "a string"),
+    "stretch": ((int, float), "a number"),
 }
 OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets",
-                          "library"}
+                          "library", "stretch"}
 # The libraries an exercise may be allowed to call (`library`): linked into its learner target
 # and let through the library ban (grader/library_ban.py). NCCL: module 11's data_parallel_step
 # hands its buckets to NCCL's all-reduce, and is timed against the same all-reduce unoverlapped.
@@ -76,6 +77,10 @@ class Exercise:
     # The one library the exercise may call (EXERCISE_LIBRARIES), "" for none: linked into its
     # targets, let through the library ban.
     library: str = ""
+    # The fast reference's figure, shown beside the target as a stretch goal: the ratio every
+    # judged case of the fast reference reaches (0: none). The target itself is what the readable
+    # solution, the one the hints lead to, reaches.
+    stretch: float = 0.0
 
     @property
     def key(self) -> str:
@@ -85,6 +90,11 @@ class Exercise:
     def target_text(self) -> str:
         """The target as the tables show it: ">= 90%", or "per case" where the cases differ."""
         return "per case" if self.case_targets else f">= {self.target:.0%}"
+
+    @property
+    def stretch_text(self) -> str:
+        """The stretch as the tables show it: ">= 50%"."""
+        return f">= {self.stretch:.0%}"
 
 
 @dataclass(frozen=True)
@@ -167,6 +177,7 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
     problems += _case_target_problems(where, entry)
     if entry.get("library", EXERCISE_LIBRARIES[0]) not in EXERCISE_LIBRARIES:
         problems.append(f"{where}: 'library' may be {', '.join(EXERCISE_LIBRARIES)}")
+    problems += _stretch_problems(where, entry)
     fast = entry.get("fast_solution")
     if fast is not None and (Path(fast).suffix != Path(entry["file"]).suffix or "/" in fast
                              or fast == entry["file"]):
@@ -186,6 +197,24 @@ def _case_target_problems(where: str, entry: dict) -> list[str]:
     if entry["target"] != min(targets.values()):
         return [f"{where}: 'target' must be the lowest of 'case_targets' ({min(targets.values())}"
                 f"), the figure the tables show"]
+    return []
+
+
+def _stretch_problems(where: str, entry: dict) -> list[str]:
+    stretch = entry.get("stretch")
+    if stretch is None:
+        return []
+    if "fast_solution" not in entry:
+        return [f"{where}: a 'stretch' is the fast reference's figure: it needs a 'fast_solution'"]
+    # With case_targets, `target` is the lowest of them: the stretch reaches every case's target
+    # and goes past the lowest (module 06: 90% on both shapes, the short rows' target already).
+    highest = max([entry["target"], *(ratio for ratio in entry.get("case_targets", {}).values()
+                                      if _has_type(ratio, (int, float)))])
+    if entry["target"] <= 0:
+        return [f"{where}: a 'stretch' goes beside a 'target' (a ratio > 0)"]
+    if stretch < highest or stretch <= entry["target"]:
+        return [f"{where}: 'stretch' must be above the target ({highest}): the target is what "
+                f"the readable solution reaches, the stretch what the fast reference adds"]
     return []
 
 
@@ -246,6 +275,7 @@ def _module(name: str, data: dict) -> Module:
             case_targets=tuple((label, float(ratio))
                                for label, ratio in entry.get("case_targets", {}).items()),
             library=entry.get("library", ""),
+            stretch=float(entry.get("stretch", 0)),
         )
         for entry in data["exercise"]
     )
