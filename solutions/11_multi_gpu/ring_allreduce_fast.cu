@@ -78,13 +78,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <bool kAdd, typename T>
-void pull_from_left(T* own, const T* left, std::size_t n) {
+void pull_from_left(T* own, const T* left, std::size_t n, cudaStream_t stream) {
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const std::size_t needed = course::ceil_div(n, std::size_t(kThreads) * 16 / sizeof(T));
     const int blocks = static_cast<int>(std::min<std::size_t>(needed, kBlocksPerSm * sms));
-    pull_from_left_kernel<kAdd><<<blocks, kThreads>>>(own, left, n);
+    pull_from_left_kernel<kAdd><<<blocks, kThreads, 0, stream>>>(own, left, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -103,10 +103,11 @@ bool ring_has_peer_access(int gpus) {
 // records), with GPU g's pull done by its own SMs: chunk chunk_for(g) of its left neighbour added
 // into its own (kAdd), or copied over it.
 template <bool kAdd, typename T, typename ChunkFor>
-void pull_step(T* const* buffers, int gpus, std::size_t count, ChunkFor chunk_for) {
+void pull_step(T* const* buffers, const cudaStream_t* streams, int gpus, std::size_t count,
+               ChunkFor chunk_for) {
     for (int g = 0; g < gpus; ++g) {
         CUDA_CHECK(cudaSetDevice(g));
-        CUDA_CHECK(cudaStreamWaitEvent(0, readable::step_done((g + gpus - 1) % gpus), 0));
+        CUDA_CHECK(cudaStreamWaitEvent(streams[g], readable::step_done((g + gpus - 1) % gpus), 0));
     }
     for (int g = 0; g < gpus; ++g) {
         const int left = (g + gpus - 1) % gpus;
@@ -114,38 +115,42 @@ void pull_step(T* const* buffers, int gpus, std::size_t count, ChunkFor chunk_fo
         CUDA_CHECK(cudaSetDevice(g));
         if (chunk.size > 0)
             pull_from_left<kAdd>(buffers[g] + chunk.begin, buffers[left] + chunk.begin,
-                                 chunk.size);
-        CUDA_CHECK(cudaEventRecord(readable::step_done(g), 0));
+                                 chunk.size, streams[g]);
+        CUDA_CHECK(cudaEventRecord(readable::step_done(g), streams[g]));
     }
 }
 
 template <typename T>
-void ring_allreduce_on_sms(T* const* buffers, T* const* scratch, int gpus, std::size_t count) {
+void ring_allreduce_on_sms(T* const* buffers, T* const* scratch, const cudaStream_t* streams,
+                           int gpus, std::size_t count) {
     if (!ring_has_peer_access(gpus)) {
-        readable::ring_allreduce(buffers, scratch, gpus, count);
+        readable::ring_allreduce(buffers, scratch, streams, gpus, count);
         return;
     }
     int caller_device = 0;
     CUDA_CHECK(cudaGetDevice(&caller_device));
     for (int g = 0; g < gpus; ++g) {
         CUDA_CHECK(cudaSetDevice(g));
-        CUDA_CHECK(cudaEventRecord(readable::step_done(g), 0));
+        CUDA_CHECK(cudaEventRecord(readable::step_done(g), streams[g]));
     }
     // The readable solution's chunks: reduce-scatter, then all-gather.
     for (int s = 0; s < gpus - 1; ++s)
-        pull_step<true>(buffers, gpus, count,
+        pull_step<true>(buffers, streams, gpus, count,
                         [=](int g) { return ((g - 1 - s) % gpus + gpus) % gpus; });
     for (int s = 0; s < gpus - 1; ++s)
-        pull_step<false>(buffers, gpus, count, [=](int g) { return ((g - s) % gpus + gpus) % gpus; });
+        pull_step<false>(buffers, streams, gpus, count,
+                         [=](int g) { return ((g - s) % gpus + gpus) % gpus; });
     CUDA_CHECK(cudaSetDevice(caller_device));
 }
 
 }  // namespace
 
-void ring_allreduce(float* const* buffers, float* const* scratch, int gpus, std::size_t count) {
-    ring_allreduce_on_sms(buffers, scratch, gpus, count);
+void ring_allreduce(float* const* buffers, float* const* scratch, const cudaStream_t* streams,
+                    int gpus, std::size_t count) {
+    ring_allreduce_on_sms(buffers, scratch, streams, gpus, count);
 }
 
-void ring_allreduce(int* const* buffers, int* const* scratch, int gpus, std::size_t count) {
-    ring_allreduce_on_sms(buffers, scratch, gpus, count);
+void ring_allreduce(int* const* buffers, int* const* scratch, const cudaStream_t* streams, int gpus,
+                    std::size_t count) {
+    ring_allreduce_on_sms(buffers, scratch, streams, gpus, count);
 }
