@@ -163,8 +163,17 @@ testing::AssertionResult matches_reference(const Shape& s, const Inputs& in, Out
     const Expected want = expected(s, in, all_rows(s.rows), all_rows(s.OC));
     const Tolerances tol = tolerances(s, want);
     const std::size_t rows = s.rows, C = s.C, OC = s.OC;
-    auto result = course::expect_close(out.dinp.download(), want.dinp, tol.dinp,
-                                       {"dinp", course::Matrix{rows, C}});
+    const auto dinp = out.dinp.download();
+    course::CompareOptions dinp_options{"dinp", course::Matrix{rows, C}};
+    dinp_options.diagnose = [&] {
+        const bool all_nan =
+            std::all_of(dinp.begin(), dinp.end(), [](float v) { return std::isnan(v); });
+        return all_nan ? "every element of dinp is NaN, with finite inputs: never written, or "
+                         "added into (+=) instead of written? Its old contents are NaN here (the "
+                         "contract: dinp is written)"
+                       : "";
+    };
+    auto result = course::expect_close(dinp, want.dinp, tol.dinp, dinp_options);
     if (!result) return result;
     const auto dweight = out.dweight.download();
     course::CompareOptions options{"dweight", course::Matrix{OC, C}};
@@ -218,12 +227,15 @@ std::string shapes_diagnosis(const std::vector<Shape>& wrong, const std::vector<
 }
 
 // Whole k-steps and tails in every dimension; each shape once with GELU' and the bias, once
-// without (alternating which).
+// without (alternating which). A GEMM that reads a whole k-tile past K reads up to 31 rows past
+// the end of an operand: the tails are kept where that stays inside the harness's 64 KiB redzone
+// (31 rows of at most 528 floats), whose NaN then shows in the output, and GPT-2's 768 columns
+// come with whole k-steps.
 const Shape kShapes[] = {
     {1, 1, 1, true, true},       {7, 5, 3, false, true},      {64, 64, 64, true, false},
     {33, 37, 31, true, true},    {96, 160, 128, false, true}, {100, 65, 129, false, false},
     {130, 200, 96, true, true},  {257, 33, 300, false, true}, {128, 768, 96, true, true},
-    {65, 768, 768, false, true},
+    {96, 768, 768, false, true},
 };
 
 TEST_F(LinearBackward, Shapes) {
