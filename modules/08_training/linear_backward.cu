@@ -32,12 +32,12 @@ struct Operand {
 // TODO: column_sums_kernel: dbias[o] += the sum over r of dout[r][o], deterministically (threads
 //       own columns; partial sums combined in shared memory in a fixed order; no atomicAdd).
 
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* gelu_input, const float* weight, int rows,
-                     int C, int OC) {
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* gelu_input, const float* weight, int rows, int C, int OC) {
     // TODO: dinp[r][c] = sum over o of dout[r][o] * weight[o][c]: X = dout, Y(c, o) = weight[o][c].
     // TODO: dweight[o][c] += sum over r of dout[r][o] * inp[r][c]: X(o, r) = dout[r][o],
     //       Y(c, r) = inp[r][c].
-    // TODO: dbias (where not null) += the column sums of dout. CUDA_CHECK_LAUNCH() after each launch.
+    // TODO: dbias (where not null) += the column sums of dout.
+    // TODO: CUDA_CHECK_LAUNCH() after each launch.
     COURSE_TODO("linear_backward: write the GEMM and the column sums, then delete this line");
 }
