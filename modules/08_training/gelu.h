@@ -7,7 +7,8 @@
 // GPT-2's GELU, the tanh approximation (also PyTorch's gelu(approximate="tanh") and cuBLASLt's
 // GELU epilogues): with u(x) = kGeluScale * (x + kGeluCubic * x^3),
 //   GELU(x)  = 0.5 * x * (1 + tanh(u))
-//   GELU'(x) = 0.5 * (1 + tanh(u)) + 0.5 * x * (1 - tanh(u)^2) * kGeluScale * (1 + 3 * kGeluCubic * x^2)
+//   GELU'(x) = 0.5 * (1 + tanh(u))
+//              + 0.5 * x * (1 - tanh(u)^2) * kGeluScale * (1 + 3 * kGeluCubic * x^2)
 // GELU' is the derivative of this GELU, not of the exact x * Phi(x) (erf) form.
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;

@@ -24,6 +24,5 @@
 // are 768 and 3072, the checker's shapes have tails), and every matrix has fewer than 2^31
 // elements (int offsets do).
 // Enqueue the work on the default stream and return; the checker synchronizes.
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* gelu_input, const float* weight, int rows,
-                     int C, int OC);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* gelu_input, const float* weight, int rows, int C, int OC);
