@@ -422,7 +422,6 @@ def checked_steps(settings: Settings) -> set[int]:
     return {step + 1 for step in range(0, settings.steps, settings.check_every)}
 
 
-TABLE_HEADER = re.compile(r"^kernels: (learner|solutions) ")
 TABLE_LINE = re.compile(r"^  (\S+)\s+(yours|solution): (\S+) \| (.*)$")
 NOTE = re.compile(r"^kernels \((?:learner|solutions)\): (.*)$")
 OP_CHECK = re.compile(r"^op check, step (\d+): .*the closest each op came to it: (.*)$")
