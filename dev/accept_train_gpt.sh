@@ -2,12 +2,14 @@
 # The acceptance of module 08's train_gpt on a GPU (course authors, on the device machine), in
 # parts that each fit one device command (600 s):
 #
-#   OUT=dir dev/accept_train_gpt.sh small   the solutions' table (bf16 on this GPU), the same
-#                                           built for sm_75 (fp32, JIT from PTX), the untouched
+#   OUT=dir dev/accept_train_gpt.sh small   the solutions' table (bf16 on this GPU), the untouched
 #                                           stubs (todo), and the tolerance's measurement
 #                                           (dev/trainer_tolerance.py)
-#   OUT=dir dev/accept_train_gpt.sh bugs    the planted bugs of train_gpt (grader check --mutants),
-#                                           and each one's own checker, which it passes
+#   OUT=dir dev/accept_train_gpt.sh sm75    the solutions' table built for sm_75 (fp32: what a T4
+#                                           runs), its PTX compiled by the driver for this GPU
+#   OUT=dir dev/accept_train_gpt.sh bugs    the planted bugs of train_gpt (grader check --mutants)
+#   OUT=dir dev/accept_train_gpt.sh own     each planted bug of train_gpt in its own exercise's
+#                                           checker, which it passes (only the trainer sees it)
 #   OUT=dir dev/accept_train_gpt.sh full    `grader train --solutions` (GPT-2 124M, 1000 steps:
 #                                           the plot, the checkpoint, a sample), generation from
 #                                           that checkpoint with the solutions' kernels, and the
@@ -20,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-}
-case "$part" in small|bugs|full) ;; *) sed -n '2,22p' "$0"; exit 2 ;; esac
+case "$part" in small|sm75|bugs|own|full) ;; *) sed -n '2,26p' "$0"; exit 2 ;; esac
 out=${OUT:-build/accept-train-gpt}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
@@ -42,12 +44,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
 
 if [ "$part" = small ]; then
   TAIL=25 step solutions python3 -m grader run 08/train_gpt --solutions || status=1
-  # The fp32 mode as a T4 would run it: the tree built for sm_75 (dtype auto resolves to fp32
-  # there), its PTX compiled by the driver for this GPU.
-  oldest=build/accept-train-gpt-sm75
-  rm -rf "$oldest" && mkdir -p "$oldest"
-  tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$oldest"
-  TAIL=25 step solutions-sm75 bash -c "cd '$oldest' && CUDAARCHS=75 python3 -m grader run 08/train_gpt --solutions" || status=1
   # The untouched stubs: todo, naming the exercises to pass first (exit 1 is expected).
   TAIL=4 step stubs python3 -m grader run 08/train_gpt
   grep -q "train_gpt    todo" "$out/stubs.txt" || status=1
@@ -55,8 +51,20 @@ if [ "$part" = small ]; then
     --out build/accept-train-gpt-tolerance || status=1
 fi
 
+if [ "$part" = sm75 ]; then
+  # The fp32 mode as a T4 would run it: the tree built for sm_75 (dtype auto resolves to fp32
+  # there), its PTX compiled by the driver for this GPU.
+  oldest=build/accept-train-gpt-sm75
+  rm -rf "$oldest" && mkdir -p "$oldest"
+  tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$oldest"
+  TAIL=25 step solutions-sm75 bash -c "cd '$oldest' && CUDAARCHS=75 python3 -m grader run 08/train_gpt --solutions" || status=1
+fi
+
 if [ "$part" = bugs ]; then
   TAIL=12 step planted-bugs python3 -m grader check --mutants --no-build 08/train_gpt || status=1
+fi
+
+if [ "$part" = own ]; then
   # Each planted bug of train_gpt in its own exercise's checker: it passes there (the trainer's
   # shapes are what the checker misses), so only the trainer can catch it.
   TAIL=20 step own-checkers python3 - <<'EOF' || status=1

@@ -17,12 +17,16 @@
 // sum. An output the op updates in place (a gradient that accumulates, AdamW's weights) is
 // compared on its change, so that a small error in a small update is not lost in the weight.
 //
-// Tolerance, per element: |tested - reference| <= relative * |reference| + absolute * rms, where
-// rms is the root mean square of the reference's output (or of its change). In an fp32 run two
-// correct implementations differ by their order of summation, some sqrt(K) 2^-24 relative for a
-// sum of K terms: 1e-3 and 1e-4 leave a wide margin and still see one wrong tile. In a bf16 run
-// every stored activation is rounded to 8 bits of mantissa (2^-8 relative between two neighbours),
-// and flash attention rounds its probabilities too: 3e-2 (about 8 bf16 steps) and 1e-2.
+// Tolerance, per element: |tested - reference| <= relative * |scale| + absolute * rms(scale) +
+// rounding * |reference|, where scale is the reference's output, or for an output updated in place
+// its change, and rms its root mean square over the output. In an fp32 run two correct
+// implementations differ by their order of summation, some sqrt(K) 2^-24 relative for a sum of K
+// terms: relative 1e-3 and absolute 1e-4 leave a wide margin and still see one wrong tile. In a
+// bf16 run every stored activation keeps 8 significant bits (neighbouring values are up to 2^-7
+// apart), and flash attention rounds its probabilities too: 3e-2 (some 4 steps of bf16) and 1e-2.
+// The last term is the storage's own rounding, two units in the last place of the stored value: an
+// update in place (a weight, a gradient that accumulates) rounds old + change once, and two correct
+// changes that differ in their last bits can round the sum to neighbouring values.
 //
 // Run:  train_gpt --kernels learner --check-ops 50       (grader run 08/train_gpt does)
 // Interface: ops_check.h
@@ -60,6 +64,9 @@ struct Tolerance {
 };
 constexpr Tolerance kFp32Tolerance{1e-3, 1e-4};
 constexpr Tolerance kBf16Tolerance{3e-2, 1e-2};
+// Two units in the last place, relative, of a stored float and of a stored bf16.
+constexpr float kFloatRounding = 2.0f * 1.1920929e-7f;  // 2 FLT_EPSILON
+constexpr float kBf16Rounding = 2.0f * 0.0078125f;      // 2 x 2^-7
 
 // One output of an op, as the check compares it.
 struct Output {
@@ -138,15 +145,16 @@ __global__ void scale_squares_kernel(Verdict* verdict, const void* reference, co
 __global__ void judge_kernel(Verdict* verdict, const void* tested, const void* reference,
                              const void* before, bool bf16_data, long long n, float relative,
                              float absolute) {
+    const float rounding = bf16_data ? kBf16Rounding : kFloatRounding;
     unsigned long long bad = 0, first_bad = ~0ull;
     float worst = 0.0f;
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         if (same_bits(tested, reference, bf16_data, i)) continue;  // NaN garbage both left alone
-        const float difference =
-            fabsf(element(tested, bf16_data, i) - element(reference, bf16_data, i));
-        const float allowed =
-            relative * fabsf(scale_of(reference, before, bf16_data, i)) + absolute;
+        const float want = element(reference, bf16_data, i);
+        const float difference = fabsf(element(tested, bf16_data, i) - want);
+        const float allowed = relative * fabsf(scale_of(reference, before, bf16_data, i)) +
+                              absolute + rounding * fabsf(want);
         const float ratio = difference <= allowed ? difference / allowed : INFINITY;
         if (!(difference <= allowed)) {  // NaN differences are bad too
             ++bad;
@@ -354,9 +362,9 @@ struct Check {
                 << " values differ from the reference's beyond the tolerance (|difference| <= "
                 << number(tolerance.relative) << " |"
                 << (before ? "reference's change" : "reference") << "| + "
-                << number(tolerance.absolute) << " x its rms " << number(rms) << "); the first at "
-                << where_in(o, i) << ": " << number(mine) << " where the reference has "
-                << number(theirs);
+                << number(tolerance.absolute) << " x its rms " << number(rms)
+                << " + the storage's rounding); the first at " << where_in(o, i) << ": "
+                << number(mine) << " where the reference has " << number(theirs);
         if (before) {
             const float was = host_element(before, o.bf16, i);
             message << " (both from " << number(was) << ")";
