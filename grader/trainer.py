@@ -30,7 +30,7 @@ from typing import Callable
 from grader.build import BuildTree, Log, build, configure, read_cache, tree_lock
 from grader.course import Course
 from grader.errors import UserError
-from grader.library_ban import refused_header
+from grader.library_ban import refusal
 from grader.manifest import Exercise
 from grader.results import (BUILD_ERROR, CRASH, EMULATED, FAIL, LEARNER, PASS, SKIPPED, TIMEOUT,
                             TODO, Outcome, PerfCase, Result)
@@ -313,12 +313,10 @@ def build_trainer(tree: BuildTree, exercises: list[str], log: Log) -> Outcome | 
         if failure:
             return Outcome(BUILD_ERROR, [f"{exercise} does not build into the trainer:",
                                          *failure.errors], output=failure.output)
-        header = (refused_header(tree, by_key[exercise], kernel_target(tree, exercise))
-                  if tree.variant == LEARNER else None)
-        if header:
-            stub = course.relative(course.stub(by_key[exercise]))
-            return Outcome(BUILD_ERROR, [f"refused: {stub} includes <{header}>; an exercise may "
-                                         "not call the library it is measured against"])
+        refused = (refusal(tree, by_key[exercise], kernel_target(tree, exercise))
+                   if tree.variant == LEARNER else None)
+        if refused:
+            return Outcome(BUILD_ERROR, [refused])
     return None
 
 
