@@ -248,6 +248,9 @@ def test_emulate_grades_the_solutions_in_their_own_tree_without_the_gpu_note(cou
     result = invoke(course, "run", "01/passes", "--emulate")
     assert result.exit_code == 0, result.stdout
     assert rows(result.stdout)["passes"][0][1] == "pass"
+    # The table says whose code passed: the reference solutions, not the learner's.
+    assert result.stdout.splitlines()[0].startswith(
+        "01_fixture (reference solutions on the CPU emulator)")
     assert "no NVIDIA GPU visible" not in result.stderr
     assert (course / "build/emulated/bin/01_fixture.passes.emulated").is_file()
 
