@@ -93,18 +93,54 @@ function(course_exercise_architectures variable min_sm)
   set(${variable} "${architectures}" PARENT_SCOPE)
 endfunction()
 
+# The variants of an exercise whose library this build lacks: each a checker that skips its one
+# test with `reason` (the grader then reports skipped, with it). Same target names as
+# course_exercise makes, so that the grader finds them.
+function(course_missing_library_exercise module id fast_solution reason)
+  foreach(variant IN LISTS COURSE_VARIANTS)
+    if(variant STREQUAL "emulated" OR (variant STREQUAL "fast" AND NOT fast_solution))
+      continue()
+    endif()
+    set(target "${module}.${id}.${variant}")
+    add_executable(${target} "${PROJECT_SOURCE_DIR}/common/src/missing_library_test.cpp")
+    target_compile_definitions(${target} PRIVATE "COURSE_MISSING_LIBRARY=\"${reason}\"")
+    target_link_libraries(${target} PRIVATE GTest::gtest_main)
+    set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
+    add_test(NAME ${target} COMMAND ${target} --gtest_color=no)
+    set_tests_properties(${target} PROPERTIES
+      LABELS "${module};${variant}"
+      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] [0-9]+ test")
+  endforeach()
+endfunction()
+
 # One exercise: its checker compiled once, linked with the stub (learner), the readable solution
 # (solution) and/or the fast reference (fast, only where the manifest names a fast_solution).
 #   course_exercise(MODULE 01_basics ID vector_add FILE vector_add.cu
 #                   CHECKER tests/vector_add_test.cu MIN_SM 75 [MIN_GPUS 2]
-#                   [FAST_SOLUTION vector_add_fast.cu])
+#                   [FAST_SOLUTION vector_add_fast.cu] [LIBRARY nccl])
+# LIBRARY: the one library the exercise may call (the manifest's `library`), linked into its
+# checker and every variant; where this build lacks it, each variant is a checker that skips with
+# the reason (common/src/missing_library_test.cpp), since neither the code nor its checker compiles.
 function(course_exercise)
-  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;MIN_GPUS;FAST_SOLUTION" "" ${ARGN})
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;MIN_GPUS;FAST_SOLUTION;LIBRARY" ""
+                        ${ARGN})
   if(NOT EX_MIN_GPUS)
     set(EX_MIN_GPUS 1)
   endif()
   set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
   set(base "${EX_MODULE}.${EX_ID}")
+  # For the trainer, which builds some exercises' files into libraries of its own (module 08).
+  set_property(GLOBAL PROPERTY "COURSE_EXERCISE_${EX_MODULE}/${EX_ID}" "${EX_FILE};${EX_MIN_SM}")
+  if(EX_LIBRARY STREQUAL "nccl")
+    get_property(have_nccl GLOBAL PROPERTY COURSE_HAVE_NCCL)
+    if(NOT have_nccl)
+      course_missing_library_exercise(${EX_MODULE} ${EX_ID} "${EX_FAST_SOLUTION}"
+        "NCCL is missing from this build (pip install nvidia-nccl-cu13, set COURSE_NCCL_ROOT to its nvidia/nccl folder, then grader run again): this exercise calls it")
+      return()
+    endif()
+  elseif(EX_LIBRARY)
+    message(FATAL_ERROR "${base}: library ${EX_LIBRARY}: only nccl (grader/manifest.py)")
+  endif()
   # A missing file makes no target (the grader reports it as missing before building)
   # instead of failing the whole configure: one broken exercise must not block the others.
   course_file_exists(checker_exists "${module_dir}/${EX_CHECKER}")
@@ -118,6 +154,9 @@ function(course_exercise)
   target_compile_definitions(${base}.checker PRIVATE COURSE_MIN_SM=${EX_MIN_SM}
                                                      COURSE_MIN_GPUS=${EX_MIN_GPUS})
   target_link_libraries(${base}.checker PRIVATE course::harness)
+  if(EX_LIBRARY STREQUAL "nccl")
+    target_link_libraries(${base}.checker PRIVATE course_nccl)
+  endif()
   course_exercise_architectures(architectures ${EX_MIN_SM})
   if(NOT architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
     set_target_properties(${base}.checker PROPERTIES CUDA_ARCHITECTURES "${architectures}")
@@ -163,6 +202,9 @@ function(course_exercise)
     # course::exercise is all a stub may use; the harness is the checker's, and the baselines
     # are loaded by the checker (dlopen: CMAKE_DL_LIBS), never linked.
     target_link_libraries(${target} PRIVATE course::exercise course::harness ${CMAKE_DL_LIBS})
+    if(EX_LIBRARY STREQUAL "nccl")
+      target_link_libraries(${target} PRIVATE course_nccl)
+    endif()
     if(NOT architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
       set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${architectures}")
     endif()
@@ -179,35 +221,35 @@ function(course_exercise)
 endfunction()
 
 # A module: one course_exercise() per [[exercise]] of its module.toml. CMake has no TOML parser,
-# so it reads the one-line keys it needs; `grader check` enforces that form.
+# so it reads the one-line keys it needs; `grader check` enforces that form. An exercise of kind
+# "trainer" (module 08's train_gpt) has no checker: the trainer (trainer/CMakeLists.txt) is its
+# build, and the grader runs it.
 function(course_module module_dir)
   get_filename_component(module "${module_dir}" NAME)
   # A new or renamed exercise must re-run CMake, as an edited CMakeLists.txt would.
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${module_dir}/module.toml")
   file(READ "${module_dir}/module.toml" manifest)
   string(REGEX MATCHALL
-    "\n(\\[\\[exercise\\]\\]|(id|file|checker|fast_solution) = \"[^\"\n]*\"|(min_sm|min_gpus) = [0-9]+)"
-    keys "\n${manifest}")
+    "\n(\\[\\[exercise\\]\\]|(id|file|checker|fast_solution|library|kind) = \"[^\"\n]*\"|(min_sm|min_gpus) = [0-9]+)"
+    keys "\n${manifest}\n[[exercise]]")
   set(id "")
   foreach(key IN LISTS keys)
     string(STRIP "${key}" key)
     if(key STREQUAL "[[exercise]]")
-      if(id)
+      if(id AND NOT kind STREQUAL "trainer")
         course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
-                        MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}")
+                        MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}" LIBRARY "${library}")
       endif()
       set(id "")
       set(min_sm 0)
       set(min_gpus 1)
       set(fast_solution "")
-    elseif(key MATCHES "^(id|file|checker|fast_solution) = \"(.*)\"$")
+      set(library "")
+      set(kind "checker")
+    elseif(key MATCHES "^(id|file|checker|fast_solution|library|kind) = \"(.*)\"$")
       set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
     elseif(key MATCHES "^(min_sm|min_gpus) = ([0-9]+)$")
       set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
     endif()
   endforeach()
-  if(id)
-    course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
-                    MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}")
-  endif()
 endfunction()

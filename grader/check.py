@@ -2,6 +2,7 @@
 import shutil
 from pathlib import Path
 
+from grader import trainer
 from grader.build import BuildTree, Log, forbidden_includes
 from grader.course import (Course, missing_manifest_message, module_dirs, select,
                            unlisted_module_dirs)
@@ -36,6 +37,8 @@ def static_problems(root: Path, selector: str) -> tuple[Course, list[Exercise], 
 
 
 def file_problems(course: Course, exercise: Exercise) -> list[str]:
+    if exercise.is_trainer:
+        return trainer.file_problems(course, exercise)
     files = {"stub": course.stub(exercise), "contract": course.contract(exercise),
              "checker": course.checker(exercise), "solution": course.solution(exercise)}
     if exercise.fast_solution:
@@ -57,8 +60,9 @@ def _stub_problems(course: Course, exercise: Exercise, stub: str) -> list[str]:
 def build_problems(course: Course, exercises: list[Exercise], log: Log,
                    run_checkers: bool) -> list[str]:
     """Builds every variant (the fast one for the exercises that have a fast reference); with a
-    GPU, runs them: stubs must say todo, solutions pass, the judged one meets the target, and
-    memcheck finds nothing in the solutions' correctness cases."""
+    GPU, runs them: stubs must say todo, readable solutions pass and meet the target, fast
+    references pass and meet the stretch (the target where the manifest has none), and memcheck
+    finds nothing in the solutions' correctness cases."""
     problems = []
     for variant in (LEARNER, SOLUTION, FAST):
         tree = BuildTree.standard(course, variant)
@@ -90,11 +94,13 @@ def _result_problems(result: Result) -> list[str]:
     if result.status != expected:
         return [f"{key}: the {variant} reports {result.status} (expected {expected}): "
                 f"{_first(result.outcome.detail)}"]
-    if result.target_met is False:
+    if result.goal_met is False:
+        exercise = result.exercise
         ratios = ", ".join(case.percent_text()
-                           for case in judged_cases(result.exercise, result.outcome.perf))
-        return [f"{key}: the {variant} reaches {ratios} of {result.exercise.baseline}, below its "
-                f"target ({result.exercise.target_text})"]
+                           for case in judged_cases(exercise, result.outcome.perf))
+        goal = (f"stretch ({exercise.stretch_text})" if result.judged_on_stretch
+                else f"target ({exercise.target_text})")
+        return [f"{key}: the {variant} reaches {ratios} of {exercise.baseline}, below its {goal}"]
     return []
 
 
@@ -107,7 +113,7 @@ def memcheck_problems(tree: BuildTree, results: list[Result], log: Log) -> list[
         return []
     problems = []
     for result in results:
-        if result.status != PASS:
+        if result.status != PASS or result.exercise.is_trainer:
             continue
         summary = memcheck_summary(tree, result.exercise,
                                    [case.test for case in result.outcome.perf], log)

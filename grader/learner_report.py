@@ -22,7 +22,7 @@ from rich.console import Console
 from grader import ladder, roofline
 from grader.course import Course
 from grader.manifest import Exercise, Module
-from grader.results import PASS, SOLUTION, PerfCase, format_number, judged_cases
+from grader.results import PASS, SOLUTION, PerfCase, format_number, goal_text, judged_cases
 
 INSTALL_PLOTS = ("The pictures need matplotlib: python3 -m pip install -e '.[plot]' "
                  "(then run `grader report` again).")
@@ -74,10 +74,7 @@ def module_table(module: Module, entries: dict[str, dict], roofs: roofline.Roofs
 
 
 def _target(entry: dict, exercise: Exercise) -> str:
-    met = entry.get("target_met")
-    if met is None:
-        return "-"
-    return f"{'met' if met else 'not met'} ({exercise.target_text})"
+    return goal_text(exercise, entry.get("target_met"), entry.get("stretch_met"))
 
 
 def roofline_section(course: Course, entries: dict[str, dict], roofs: roofline.Roofs,

@@ -18,6 +18,7 @@ Both are read after the build, whether or not the executable linked, so a file t
 One table (BANS), one row per library: an exercise that may use one (module 11's
 data_parallel_step and NCCL) is exempted by the row's key.
 """
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -116,29 +117,31 @@ def parse_undefined(text: str) -> list[str]:
     return names
 
 
-def _learner_objects(tree: BuildTree, exercise: Exercise) -> dict[str, list[str]]:
-    """The learner's object files in `tree` compiled from the current source (a failed compile
-    leaves the dependency log and the object of an earlier one), with the files each read."""
+def _learner_objects(tree: BuildTree, exercise: Exercise, target: str) -> dict[str, list[str]]:
+    """The learner's object files of `target` in `tree` compiled from the current source (a failed
+    compile leaves the dependency log and the object of an earlier one), with the files each
+    read."""
     result = subprocess.run(["ninja", "-C", str(tree.path), "-t", "deps"], capture_output=True,
                             text=True)
-    prefix = f"CMakeFiles/{tree.target(exercise)}.dir/"
     source = tree.course.stub(exercise)
     objects = {}
     for obj, paths in parse_deps(result.stdout).items():
         path = tree.path / obj
-        if obj.startswith(prefix) and path.is_file() and (
-                not source.is_file() or path.stat().st_mtime >= source.stat().st_mtime):
+        if not (re.match(rf"(?:.*/)?CMakeFiles/{re.escape(target)}\.dir/", obj) and path.is_file()):
+            continue
+        if not source.is_file() or path.stat().st_mtime >= source.stat().st_mtime:
             objects[obj] = paths
     return objects
 
 
-def refusal(tree: BuildTree, exercise: Exercise, allowed: frozenset[str] = frozenset()
-            ) -> str | None:
+def refusal(tree: BuildTree, exercise: Exercise, target: str | None = None) -> str | None:
     """The line that refuses the learner's file, or None: the first header it may not use that
-    the compiler read for it, else the first function it may not call that its object calls.
-    `allowed`: the keys of BANS this exercise is exempt from."""
+    the compiler read for it, else the first function it may not call that its object calls; in
+    its checker's target, or in `target` (module 08's trainer builds exercises into libraries of
+    their own). The exercise's own library (its manifest's `library`, a key of BANS) passes."""
+    allowed = frozenset({exercise.library}) if exercise.library else frozenset()
     stub = tree.course.relative(tree.course.stub(exercise))
-    objects = _learner_objects(tree, exercise)
+    objects = _learner_objects(tree, exercise, target or tree.target(exercise))
     for paths in objects.values():
         for path in paths:
             found = forbidden_header(path, str(tree.course.root), allowed)

@@ -11,6 +11,11 @@ else:
 
 DEFAULT_TIMEOUT_S = 120.0
 MIN_HINTS = 2
+# What grades an exercise: its GoogleTest checker, or (module 08's train_gpt) the GPT trainer run
+# with the learner's kernels against the reference (grader/trainer.py).
+CHECKER = "checker"
+TRAINER = "trainer"
+KINDS = (CHECKER, TRAINER)
 MODULE_NAME = re.compile(r"^[0-9]{2}_[a-z0-9_]+$")
 EXERCISE_ID = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -31,14 +36,25 @@ EXERCISE_SCHEMA = {
     "fast_solution": (str, "a string"),
     "min_gpus": (int, "an integer"),
     "case_targets": (dict, "a table of timed-case label = ratio"),
+    "library": (str, "a string"),
+    "stretch": ((int, float), "a number"),
+    "kind": (str, "a string"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets",
+                          "library", "stretch", "kind"}
+# The libraries an exercise may be allowed to call (`library`): linked into its learner target
+# and let through the library ban (grader/library_ban.py). NCCL: module 11's data_parallel_step
+# hands its buckets to NCCL's all-reduce, and is timed against the same all-reduce unoverlapped.
+EXERCISE_LIBRARIES = ("nccl",)
+# A trainer exercise has no checker, and none of the keys that describe one's timed cases.
+NOT_FOR_TRAINER = ("checker", "fast_solution", "case_targets", "intensity", "min_gpus", "library",
+                   "stretch")
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
-CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution")
+CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution", "library", "kind")
 CMAKE_LINE = re.compile(
-    r'^(?:(id|file|checker|fast_solution) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
+    r'^(?:(id|file|checker|fast_solution|library|kind) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
 CMAKE_ENTRY = "[[exercise]]"
 
 
@@ -67,6 +83,20 @@ class Exercise:
     # Where the target differs between timed cases: (case label, ratio) for each judged case (the
     # others are shown, not judged); empty when every case is judged against `target`.
     case_targets: tuple[tuple[str, float], ...] = ()
+    # The one library the exercise may call (EXERCISE_LIBRARIES), "" for none: linked into its
+    # targets, let through the library ban.
+    library: str = ""
+    # The fast reference's figure, shown beside the target as a stretch goal: the ratio every
+    # judged case of the fast reference reaches (0: none). The target itself is what the readable
+    # solution, the one the hints lead to, reaches.
+    stretch: float = 0.0
+    # CHECKER, or TRAINER: graded by the GPT trainer (grader/trainer.py), `file` the learner's
+    # choice of kernels and `checker` empty.
+    kind: str = CHECKER
+
+    @property
+    def is_trainer(self) -> bool:
+        return self.kind == TRAINER
 
     @property
     def key(self) -> str:
@@ -76,6 +106,11 @@ class Exercise:
     def target_text(self) -> str:
         """The target as the tables show it: ">= 90%", or "per case" where the cases differ."""
         return "per case" if self.case_targets else f">= {self.target:.0%}"
+
+    @property
+    def stretch_text(self) -> str:
+        """The stretch as the tables show it: ">= 50%"."""
+        return f">= {self.stretch:.0%}"
 
 
 @dataclass(frozen=True)
@@ -137,9 +172,13 @@ def _schema_problems(where: str, table: dict, schema: dict, optional: set) -> li
 
 
 def _exercise_problems(where: str, entry: dict) -> list[str]:
+    if entry.get("kind") == TRAINER:
+        return _trainer_problems(where, entry)
     problems = _schema_problems(where, entry, EXERCISE_SCHEMA, OPTIONAL_EXERCISE_KEYS)
     if problems:
         return problems
+    if entry.get("kind", CHECKER) not in KINDS:
+        problems.append(f"{where}: 'kind' is one of {', '.join(KINDS)}")
     if not EXERCISE_ID.match(entry["id"]):
         problems.append(f"{where}: the id must be snake_case")
     hints = entry["hints"]
@@ -156,12 +195,38 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
     if entry["target"] > 0 and not entry["baseline"]:
         problems.append(f"{where}: a 'target' needs a 'baseline' (it is a ratio to the baseline)")
     problems += _case_target_problems(where, entry)
+    if entry.get("library", EXERCISE_LIBRARIES[0]) not in EXERCISE_LIBRARIES:
+        problems.append(f"{where}: 'library' may be {', '.join(EXERCISE_LIBRARIES)}")
+    problems += _stretch_problems(where, entry)
     fast = entry.get("fast_solution")
     if fast is not None and (Path(fast).suffix != Path(entry["file"]).suffix or "/" in fast
                              or fast == entry["file"]):
         problems.append(f"{where}: 'fast_solution' names a file of solutions/<module>/, beside "
                         f"the readable solution and with its ending (e.g. {entry['id']}_fast"
                         f"{Path(entry['file']).suffix})")
+    return problems
+
+
+def _trainer_problems(where: str, entry: dict) -> list[str]:
+    """A trainer exercise: the checker's keys absent, its file the learner's choice of kernels
+    (a .toml), the rest as for any exercise."""
+    problems = _schema_problems(where, entry, EXERCISE_SCHEMA,
+                                OPTIONAL_EXERCISE_KEYS | set(NOT_FOR_TRAINER))
+    problems += [f"{where}: a trainer exercise has no '{key}' (the trainer grades it)"
+                 for key in NOT_FOR_TRAINER if key in entry]
+    if problems:
+        return problems
+    if not EXERCISE_ID.match(entry["id"]):
+        problems.append(f"{where}: the id must be snake_case")
+    if not entry["file"].endswith(".toml"):
+        problems.append(f"{where}: a trainer exercise's file is the learner's choice of kernels, "
+                        "a .toml file")
+    if len(entry["hints"]) < MIN_HINTS or not all(isinstance(h, str) and h for h in entry["hints"]):
+        problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
+    if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:
+        problems.append(f"{where}: min_sm and target must be >= 0, timeout_s > 0")
+    if (entry["metric"] == "") != (entry["baseline"] == ""):
+        problems.append(f"{where}: 'metric' and 'baseline' go together (both set or both empty)")
     return problems
 
 
@@ -175,6 +240,24 @@ def _case_target_problems(where: str, entry: dict) -> list[str]:
     if entry["target"] != min(targets.values()):
         return [f"{where}: 'target' must be the lowest of 'case_targets' ({min(targets.values())}"
                 f"), the figure the tables show"]
+    return []
+
+
+def _stretch_problems(where: str, entry: dict) -> list[str]:
+    stretch = entry.get("stretch")
+    if stretch is None:
+        return []
+    if "fast_solution" not in entry:
+        return [f"{where}: a 'stretch' is the fast reference's figure: it needs a 'fast_solution'"]
+    # With case_targets, `target` is the lowest of them: the stretch reaches every case's target
+    # and goes past the lowest (module 06: 90% on both shapes, the short rows' target already).
+    highest = max([entry["target"], *(ratio for ratio in entry.get("case_targets", {}).values()
+                                      if _has_type(ratio, (int, float)))])
+    if entry["target"] <= 0:
+        return [f"{where}: a 'stretch' goes beside a 'target' (a ratio > 0)"]
+    if stretch < highest or stretch <= entry["target"]:
+        return [f"{where}: 'stretch' must be above the target ({highest}): the target is what "
+                f"the readable solution reaches, the stretch what the fast reference adds"]
     return []
 
 
@@ -222,7 +305,7 @@ def _module(name: str, data: dict) -> Module:
             id=entry["id"],
             title=entry["title"],
             file=entry["file"],
-            checker=entry["checker"],
+            checker=entry.get("checker", ""),
             min_sm=entry["min_sm"],
             metric=entry["metric"],
             baseline=entry["baseline"],
@@ -234,6 +317,9 @@ def _module(name: str, data: dict) -> Module:
             min_gpus=entry.get("min_gpus", 1),
             case_targets=tuple((label, float(ratio))
                                for label, ratio in entry.get("case_targets", {}).items()),
+            library=entry.get("library", ""),
+            stretch=float(entry.get("stretch", 0)),
+            kind=entry.get("kind", CHECKER),
         )
         for entry in data["exercise"]
     )

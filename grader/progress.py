@@ -11,6 +11,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from grader.course import Course
 from grader.errors import UserError
+from grader.manifest import Exercise
 from grader.results import PASS
 from grader.state import (STATE_DIR, atomic_write_text, headline, load_blocks, save_blocks,
                           state_lock)
@@ -20,6 +21,19 @@ ROADMAP_FILE = "ROADMAP.md"
 STATUS_MARKERS = ("<!-- grader:status:begin -->", "<!-- grader:status:end -->")
 CHECKLIST_MARKERS = ("<!-- grader:checklist:begin -->", "<!-- grader:checklist:end -->")
 KEPT_PREFIX = "kept-"  # .grader/kept-progress.md: text found inside a block, before a rewrite
+# How the ROADMAP's checkpoints name a manifest's baseline (a baseline not here: its own name).
+BASELINE_NAMES = {
+    "copy": "device copy bandwidth",
+    "cublas_sgemm": "cuBLAS SGEMM",
+    "cublas_gemm_bf16": "cuBLAS bf16",
+    "cub_reduce_sum": "CUB",
+    "cub_inclusive_scan": "CUB",
+    "cub_histogram_256": "CUB",
+    "cudnn_attention_bf16": "cuDNN's fused attention",
+    "cudnn_attention_backward_bf16": "cuDNN's fused attention backward",
+    "nccl_allreduce": "NCCL's all-reduce",
+    "allreduce_after_backward": "the steps per second of one all-reduce after the backward",
+}
 
 _templates = Environment(loader=PackageLoader("grader", "templates"), undefined=StrictUndefined,
                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
@@ -165,8 +179,24 @@ def _status_row(exercise_id: str, entry: dict | None) -> dict:
 
 def _checklists(course: Course, learner_results: dict[str, dict]) -> dict[str, dict]:
     return {module.name: {"title": module.title, "week": module.week,
-                          "exercises": [{"key": exercise.key, "title": exercise.title,
+                          "exercises": [{"id": exercise.id, "key": exercise.key,
+                                         "title": exercise.title,
+                                         "goal": target_phrase(exercise),
                                          "passed": learner_results.get(exercise.key, {})
                                          .get("status") == PASS}
                                         for exercise in module.exercises]}
             for module in course.modules}
+
+
+def target_phrase(exercise: Exercise) -> str:
+    """The target in words, from the manifest, as the ROADMAP's checkpoints give it: "`scan` at
+    90% of CUB"; per case where the cases' targets differ ("... at 40% of cuDNN's fused attention
+    on D128 and 45% on D128 causal"); the stretch beside it (", stretch 45%")."""
+    baseline = BASELINE_NAMES.get(exercise.baseline, exercise.baseline)
+    if exercise.case_targets:
+        (label, ratio), *others = exercise.case_targets
+        text = f"`{exercise.id}` at {ratio:.0%} of {baseline} on {label}" + "".join(
+            f" and {ratio:.0%} on {label}" for label, ratio in others)
+    else:
+        text = f"`{exercise.id}` at {exercise.target:.0%} of {baseline}"
+    return text + (f", stretch {exercise.stretch:.0%}" if exercise.stretch > 0 else "")

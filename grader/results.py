@@ -88,18 +88,33 @@ class Result:
         return self.status == PASS
 
     @property
-    def judged(self) -> bool:
-        """Whether the target is judged on this result: not on a readable solution that has a
-        fast reference beside it (the fast one is judged)."""
-        return not (self.variant == SOLUTION and self.exercise.fast_solution)
+    def judged_on_stretch(self) -> bool:
+        """A fast reference is there to show the stretch reachable: where the manifest has one,
+        the fast row is judged on it. Everything else (a learner's file, the readable solution)
+        is judged on the target, which is what the readable solution reaches."""
+        return self.variant == FAST and self.exercise.stretch > 0
 
     @property
     def target_met(self) -> bool | None:
-        """None when there is nothing to judge: no target, no timed case, not a pass, or a
-        readable solution whose target is judged on its fast reference."""
-        if not (self.passed and self.judged):
+        """None when there is nothing to judge: no target, no timed case, or not a pass."""
+        if not self.passed:
             return None
         return target_met(self.exercise, self.outcome.perf)
+
+    @property
+    def stretch_met(self) -> bool | None:
+        """Whether every judged case reaches the manifest's stretch; None without a stretch, a
+        timed case or a pass."""
+        if not (self.passed and self.exercise.stretch > 0):
+            return None
+        return _all_reach(judged_cases(self.exercise, self.outcome.perf),
+                          lambda case: self.exercise.stretch)
+
+    @property
+    def goal_met(self) -> bool | None:
+        """What the row is judged on: the stretch for a fast reference that has one, else the
+        target (`grader check` asks it of every reference)."""
+        return self.stretch_met if self.judged_on_stretch else self.target_met
 
     def to_json(self) -> dict:
         return {
@@ -110,6 +125,8 @@ class Result:
             "perf": [asdict(case) for case in self.outcome.perf],
             "target": self.exercise.target,
             "target_met": self.target_met,
+            "stretch": self.exercise.stretch,
+            "stretch_met": self.stretch_met,
             "exe": self.exe,
             "duration_s": None if self.duration_s is None else round(self.duration_s, 3),
             "device": self.outcome.device,
@@ -133,10 +150,29 @@ def case_target(exercise: Exercise, case: PerfCase) -> float:
 
 def target_met(exercise: Exercise, perf: list[PerfCase]) -> bool | None:
     """Met when every judged case (judged_cases) reaches its target; None when none is judged."""
-    judged = [case for case in judged_cases(exercise, perf) if case.ratio is not None]
-    if exercise.target <= 0 or not judged:
+    if exercise.target <= 0:
         return None
-    return all(case.meets(case_target(exercise, case)) for case in judged)
+    return _all_reach(judged_cases(exercise, perf), lambda case: case_target(exercise, case))
+
+
+def _all_reach(cases: list[PerfCase], ratio_of) -> bool | None:
+    timed = [case for case in cases if case.ratio is not None]
+    return all(case.meets(ratio_of(case)) for case in timed) if timed else None
+
+
+def goal_text(exercise: Exercise, target_met: bool | None, stretch_met: bool | None,
+              on_stretch: bool = False) -> str:
+    """The target column: "met (>= 40%)", with the stretch beside it where the manifest has one
+    ("met (>= 40%; stretch 45%)", "stretch met (>= 45%)"); a fast reference judged on the
+    stretch (`on_stretch`) shows only the stretch. "-" when nothing is judged."""
+    if on_stretch or stretch_met:
+        if stretch_met is None:
+            return "-"
+        return f"{'stretch met' if stretch_met else 'stretch not met'} ({exercise.stretch_text})"
+    if target_met is None:
+        return "-"
+    beside = f"; stretch {exercise.stretch:.0%}" if exercise.stretch > 0 else ""
+    return f"{'met' if target_met else 'not met'} ({exercise.target_text}{beside})"
 
 
 def format_number(value: float) -> str:

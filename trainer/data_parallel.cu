@@ -1,5 +1,6 @@
-// trainer/data_parallel: the processes of a data-parallel run and their one collective, NCCL's
-// all-reduce of the gradients (data_parallel.h). Built with NCCL where CMake found it
+// trainer/data_parallel: the processes of a data-parallel run and their collectives: the
+// gradients' sum (overlapped with the backward through module 11's data_parallel_step, or after
+// it), and a sharded optimizer's (data_parallel.h). Built with NCCL where CMake found it
 // (COURSE_HAVE_NCCL); without it, a single process only.
 #include "data_parallel.h"
 
@@ -18,6 +19,9 @@
 
 #if COURSE_HAVE_NCCL
 #include <nccl.h>
+
+#include "course/nccl.h"
+#include "data_parallel_step.h"  // modules/11_multi_gpu: its reference solution is linked
 #endif
 
 namespace trainer {
@@ -34,14 +38,36 @@ int environment_int(const char* name, int fallback) {
     return static_cast<int>(value);
 }
 
-#if COURSE_HAVE_NCCL
-void nccl_check(ncclResult_t result, const char* what) {
-    if (result != ncclSuccess)
-        throw std::runtime_error(std::string("NCCL: ") + what + ": " + ncclGetErrorString(result));
-}
-#endif
-
 }  // namespace
+
+#if COURSE_HAVE_NCCL
+// The gradients' sum overlapped with the backward: module 11's reducer, with the streams and
+// events its contract asks of the caller. The backward runs on the legacy default stream.
+struct DataParallel::Overlap {
+    GradientReducer reducer{};
+
+    Overlap(ncclComm_t comm, std::size_t bucket_bytes) {
+        int least = 0, greatest = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        reducer.comm = comm;
+        reducer.compute = cudaStreamLegacy;
+        CUDA_CHECK(cudaStreamCreateWithPriority(&reducer.communication, cudaStreamNonBlocking,
+                                                greatest));
+        CUDA_CHECK(cudaEventCreateWithFlags(&reducer.ready, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&reducer.reduced, cudaEventDisableTiming));
+        reducer.bucket_bytes = bucket_bytes;
+    }
+    ~Overlap() {
+        cudaEventDestroy(reducer.ready);
+        cudaEventDestroy(reducer.reduced);
+        cudaStreamDestroy(reducer.communication);
+    }
+    Overlap(const Overlap&) = delete;
+    Overlap& operator=(const Overlap&) = delete;
+};
+#else
+struct DataParallel::Overlap {};
+#endif
 
 DataParallel DataParallel::from_environment() {
     DataParallel ranks;
@@ -72,19 +98,23 @@ DataParallel::DataParallel(DataParallel&& other) noexcept
       world_(other.world_),
       rendezvous_(std::move(other.rendezvous_)),
       comm_(other.comm_),
-      scalar_(other.scalar_) {
+      scalar_(other.scalar_),
+      how_(other.how_),
+      overlap_(std::move(other.overlap_)) {
     other.comm_ = nullptr;
     other.scalar_ = nullptr;
 }
 
 DataParallel::~DataParallel() {
+    overlap_.reset();
     if (scalar_) cudaFree(scalar_);
 #if COURSE_HAVE_NCCL
     if (comm_) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
 #endif
 }
 
-void DataParallel::join() {
+void DataParallel::join(GradientSum how, std::size_t bucket_bytes) {
+    how_ = how;
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
         throw std::runtime_error("no CUDA GPU is visible: the trainer needs one");
@@ -99,7 +129,7 @@ void DataParallel::join() {
     const std::filesystem::path id_path = std::filesystem::path(rendezvous_) / "nccl_id";
     ncclUniqueId id{};
     if (rank_ == 0) {
-        nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        NCCL_CHECK(ncclGetUniqueId(&id));
         const std::filesystem::path partial = id_path.string() + ".partial";
         std::ofstream(partial, std::ios::binary).write(id.internal, sizeof id.internal);
         std::filesystem::rename(partial, id_path);
@@ -114,18 +144,65 @@ void DataParallel::join() {
         std::ifstream(id_path, std::ios::binary).read(id.internal, sizeof id.internal);
     }
     ncclComm_t comm = nullptr;
-    nccl_check(ncclCommInitRank(&comm, world_, id, rank_), "ncclCommInitRank");
+    NCCL_CHECK(ncclCommInitRank(&comm, world_, id, rank_));
     comm_ = comm;
     CUDA_CHECK(cudaMalloc(&scalar_, sizeof(float)));
+    if (how_ == GradientSum::overlapped) overlap_ = std::make_unique<Overlap>(comm, bucket_bytes);
+#else
+    (void)bucket_bytes;
+#endif
+}
+
+GradientsFinished DataParallel::gradients_finished() {
+    if (!overlap_) return nullptr;
+#if COURSE_HAVE_NCCL
+    return [this](const std::vector<GradientRange>& finished) {
+        std::vector<GradientSpan> spans;
+        for (const GradientRange& range : finished) spans.push_back({range.data, range.count});
+        gradients_ready(overlap_->reducer, spans.data(), static_cast<int>(spans.size()));
+    };
+#else
+    return nullptr;
+#endif
+}
+
+void DataParallel::sum_gradients(float* grads, std::size_t slice) {
+    if (!comm_) return;
+#if COURSE_HAVE_NCCL
+    const auto comm = static_cast<ncclComm_t>(comm_);
+    switch (how_) {
+        case GradientSum::overlapped:
+            gradients_finish(overlap_->reducer);
+            break;
+        case GradientSum::after_backward:  // not sharded: one slice is all of them
+            NCCL_CHECK(ncclAllReduce(grads, grads, slice, ncclFloat32, ncclSum, comm, 0));
+            break;
+        case GradientSum::sharded:  // in place: this rank's slice gets that slice's sum
+            NCCL_CHECK(ncclReduceScatter(grads, grads + rank_ * slice, slice, ncclFloat32, ncclSum,
+                                         comm, 0));
+            break;
+    }
+#else
+    (void)grads;
+    (void)slice;
 #endif
 }
 
 void DataParallel::sum(float* data, std::size_t n) {
     if (!comm_) return;
 #if COURSE_HAVE_NCCL
-    nccl_check(
-        ncclAllReduce(data, data, n, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_), 0),
-        "ncclAllReduce");
+    NCCL_CHECK(
+        ncclAllReduce(data, data, n, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_), 0));
+#endif
+}
+
+void DataParallel::all_gather(void* data, std::size_t slice_bytes) {
+    if (!comm_) return;
+#if COURSE_HAVE_NCCL
+    // In place: this rank's slice is already where the others' copies of it go.
+    char* bytes = static_cast<char*>(data);
+    NCCL_CHECK(ncclAllGather(bytes + rank_ * slice_bytes, bytes, slice_bytes, ncclUint8,
+                             static_cast<ncclComm_t>(comm_), 0));
 #endif
 }
 

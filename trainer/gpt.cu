@@ -171,8 +171,13 @@ P* Gpt<Act>::allocate(std::size_t count, const char* what) {
 }
 
 template <typename Act>
-Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T)
-    : config_(config), ops_(ops), max_B_(B), max_T_(T), layout_(param_layout(config)) {
+Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T, OptimizerShard shard)
+    : config_(config),
+      ops_(ops),
+      max_B_(B),
+      max_T_(T),
+      layout_(param_layout(config)),
+      shards_(shard.collectives) {
     if (config.channels % config.heads != 0)
         throw std::runtime_error("the width (" + std::to_string(config.channels) +
                                  ") must be a multiple of the number of heads (" +
@@ -181,19 +186,26 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T)
         throw std::runtime_error("sequence length " + std::to_string(T) +
                                  " is longer than the model's context (" +
                                  std::to_string(config.max_seq_len) + "): lower -t");
-    const std::size_t P = layout_.total;
-    master_ = allocate<float>(P, "the master weights");
+    // Sharded, the flat arrays are padded (with zeros the model never reads) to equal slices, one
+    // per process: NCCL's all-gather and reduce-scatter move equal slices.
+    const std::size_t shards = shards_ ? shards_->processes() : 1;
+    slice_ = (layout_.total + shards - 1) / shards;
+    padded_ = slice_ * shards;
+    shard_begin_ = shards_ ? shards_->rank() * slice_ : 0;
+    master_ = allocate<float>(padded_, "the master weights");
     if constexpr (std::is_same_v<Act, float>) {
         working_ = master_;
     } else {
-        working_ = allocate<Act>(P, "the bf16 weights");
+        working_ = allocate<Act>(padded_, "the bf16 weights");
+        CUDA_CHECK(cudaMemset(working_, 0, padded_ * sizeof(Act)));
     }
-    grads_ = allocate<float>(P, "the gradients");
-    m_ = allocate<float>(P, "the optimizer's first moments");
-    v_ = allocate<float>(P, "the optimizer's second moments");
-    CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m_, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(v_, 0, P * sizeof(float)));
+    grads_ = allocate<float>(padded_, "the gradients");
+    m_ = allocate<float>(slice_, "the optimizer's first moments");
+    v_ = allocate<float>(slice_, "the optimizer's second moments");
+    CUDA_CHECK(cudaMemset(master_, 0, padded_ * sizeof(float)));
+    CUDA_CHECK(cudaMemset(grads_, 0, padded_ * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m_, 0, slice_ * sizeof(float)));
+    CUDA_CHECK(cudaMemset(v_, 0, slice_ * sizeof(float)));
     for (int i = 0; i < kParamTensors; ++i) {
         param_[i] = working_ + layout_.offset[i];
         grad_[i] = grads_ + layout_.offset[i];
@@ -271,20 +283,44 @@ std::vector<float> Gpt<Act>::download(const float* device) const {
 }
 
 template <typename Act>
-std::vector<float> Gpt<Act>::params() const {
+void Gpt<Act>::gather_shards(float* full, const float* own) {
+    if (full + shard_begin_ != own)
+        CUDA_CHECK(cudaMemcpy(full + shard_begin_, own, slice_ * sizeof(float),
+                              cudaMemcpyDeviceToDevice));
+    shards_->all_gather(full, slice_ * sizeof(float));
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::params() {
+    // Sharded in mixed precision, each process updated the master weights of its slice only.
+    if (shards_) gather_shards(master_, master_ + shard_begin_);
     return download(master_);
 }
 
 template <typename Act>
 void Gpt<Act>::set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v) {
-    CUDA_CHECK(cudaMemcpy(m_, m.data(), layout_.total * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(v_, v.data(), layout_.total * sizeof(float), cudaMemcpyHostToDevice));
+    // This process's slice of each (its end past the parameters stays 0).
+    const std::size_t count = std::min(slice_, layout_.total - std::min(layout_.total, shard_begin_));
+    CUDA_CHECK(cudaMemcpy(m_, m.data() + shard_begin_, count * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(v_, v.data() + shard_begin_, count * sizeof(float),
+                          cudaMemcpyHostToDevice));
 }
 
 template <typename Act>
-void Gpt<Act>::optimizer_state(std::vector<float>* m, std::vector<float>* v) const {
-    *m = download(m_);
-    *v = download(v_);
+void Gpt<Act>::optimizer_state(std::vector<float>* m, std::vector<float>* v) {
+    if (!shards_) {
+        *m = download(m_);
+        *v = download(v_);
+        return;
+    }
+    float* full = nullptr;  // for a moment: a checkpoint is rare
+    CUDA_CHECK(cudaMalloc(&full, padded_ * sizeof(float)));
+    for (auto [moments, host] : {std::pair{m_, m}, std::pair{v_, v}}) {
+        gather_shards(full, moments);
+        *host = download(full);
+    }
+    CUDA_CHECK(cudaFree(full));
 }
 
 // Uploads the token ids, and groups the positions by token for the embedding's backward:
@@ -383,7 +419,7 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
 }
 
 template <typename Act>
-void Gpt<Act>::backward(int B, int T) {
+void Gpt<Act>::backward(int B, int T, const GradientsFinished& finished) {
     const int L = config_.layers, C = config_.channels, NH = config_.heads;
     const int rows = B * T;
     const long long n = static_cast<long long>(rows) * C;
@@ -398,6 +434,8 @@ void Gpt<Act>::backward(int B, int T) {
     CUDA_CHECK(cudaMemset(act_.dresidual, 0, n * sizeof(Act)));
     ops_.layernorm_backward(act_.dresidual, grad_[kLnfWeight], grad_[kLnfBias], act_.dbtc, last,
                             param_[kLnfWeight], act_.lnf_mean, act_.lnf_rstd, rows, C);
+    if (finished) finished({{grad_[kLnfWeight], layout_.size[kLnfWeight]},
+                            {grad_[kLnfBias], layout_.size[kLnfBias]}});
     for (int l = L - 1; l >= 0; --l) {
         const Act* residual = l == 0 ? act_.encoded : act_.residual3 + (l - 1) * btc;
         const Act* ln1 = act_.ln1 + l * btc;
@@ -433,9 +471,20 @@ void Gpt<Act>::backward(int B, int T) {
         ops_.layernorm_backward(act_.dresidual, grad_[kLn1Weight] + l * C, grad_[kLn1Bias] + l * C,
                                 act_.dbtc, residual, param_[kLn1Weight] + l * C,
                                 act_.ln1_mean + l * bt, act_.ln1_rstd + l * bt, rows, C);
+        if (finished) {  // layer l's slice of each of its 12 tensors
+            std::vector<GradientRange> layer;
+            for (int i = kLn1Weight; i <= kFcProjBias; ++i) {
+                const std::size_t per_layer = layout_.size[i] / L;
+                layer.push_back({grad_[i] + l * per_layer, per_layer});
+            }
+            finished(layer);
+        }
     }
     ops_.embedding_backward(grad_[kTokenEmbedding], grad_[kPositionEmbedding], act_.dresidual,
                             buckets_, B, T, C);
+    // The token embedding's gradient also holds the LM head's, written at the start.
+    if (finished) finished({{grad_[kTokenEmbedding], layout_.size[kTokenEmbedding]},
+                            {grad_[kPositionEmbedding], layout_.size[kPositionEmbedding]}});
 }
 
 // The mean of the last forward's per-position losses (the copy waits for the GPU).
@@ -456,15 +505,15 @@ float Gpt<Act>::loss(const int* inputs, const int* targets, int B, int T) {
 
 template <typename Act>
 float Gpt<Act>::forward_backward(const int* inputs, const int* targets, int B, int T,
-                                 float dloss_scale) {
+                                 float dloss_scale, const GradientsFinished& finished) {
     forward(inputs, targets, B, T, dloss_scale);
-    backward(B, T);
+    backward(B, T, finished);
     return mean_loss(B * T);
 }
 
 template <typename Act>
 void Gpt<Act>::zero_grads() {
-    CUDA_CHECK(cudaMemset(grads_, 0, layout_.total * sizeof(float)));
+    CUDA_CHECK(cudaMemset(grads_, 0, padded_ * sizeof(float)));
 }
 
 template <typename Act>
@@ -497,20 +546,30 @@ std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int t) {
 template <typename Act>
 float Gpt<Act>::update(float lr, float beta1, float beta2, float eps, float weight_decay,
                        float max_norm, int step) {
-    ops_.sum_of_squares(norm_, grads_, static_cast<long long>(layout_.total));
+    // The norm of the whole gradient: sharded, each process's slice, summed across them.
+    ops_.sum_of_squares(norm_, grads_ + shard_begin_, static_cast<long long>(slice_));
+    if (shards_) shards_->sum(norm_, 1);
     float squared = 0.0f;
     CUDA_CHECK(cudaMemcpy(&squared, norm_, sizeof(float), cudaMemcpyDeviceToHost));
     const float norm = std::sqrt(squared);
     const float grad_scale = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
     const float beta1_correction = 1.0f - static_cast<float>(std::pow(beta1, step));
     const float beta2_correction = 1.0f - static_cast<float>(std::pow(beta2, step));
+    // Each tensor's part in this process's slice [shard_begin_, shard_begin_ + slice_) (all of
+    // it without sharding); its moments sit at the same place in the slice.
     for (int i = 0; i < kParamTensors; ++i) {
-        const std::size_t offset = layout_.offset[i];
-        Act* working = std::is_same_v<Act, float> ? nullptr : working_ + offset;
-        ops_.adamw(master_ + offset, working, grads_ + offset, m_ + offset, v_ + offset,
-                   static_cast<long long>(layout_.size[i]), lr, beta1, beta2, beta1_correction,
-                   beta2_correction, eps, is_decayed(i) ? weight_decay : 0.0f, grad_scale);
+        const std::size_t begin = std::max(layout_.offset[i], shard_begin_);
+        const std::size_t end =
+            std::min(layout_.offset[i] + layout_.size[i], shard_begin_ + slice_);
+        if (begin >= end) continue;
+        Act* working = std::is_same_v<Act, float> ? nullptr : working_ + begin;
+        ops_.adamw(master_ + begin, working, grads_ + begin, m_ + (begin - shard_begin_),
+                   v_ + (begin - shard_begin_), static_cast<long long>(end - begin), lr, beta1,
+                   beta2, beta1_correction, beta2_correction, eps,
+                   is_decayed(i) ? weight_decay : 0.0f, grad_scale);
     }
+    // Every process updated its slice of the weights the forward reads: each gets all of them.
+    if (shards_) shards_->all_gather(working_, slice_ * sizeof(Act));
     return norm;
 }
 

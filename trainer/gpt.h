@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,13 +71,46 @@ std::vector<float> initial_params(const GptConfig& config, std::uint64_t seed);
 // matrices plus attention's products, the count MFU is quoted with.
 double flops_per_token(const GptConfig& config, int T);
 
+// A stretch of the flat gradient array: `count` floats from the device pointer `data`.
+struct GradientRange {
+    float* data;
+    std::size_t count;
+};
+
+// Told by the backward which parameter gradients it has finished, as soon as their last writes
+// are enqueued on the default stream: the final LayerNorm's first, then each layer's from the
+// last layer to the first, the embeddings' last. A data-parallel run starts summing them across
+// its GPUs while the backward goes on (trainer/data_parallel.h).
+using GradientsFinished = std::function<void(const std::vector<GradientRange>&)>;
+
+// The collectives of a data-parallel run that a sharded optimizer needs; every process calls
+// each of them in the same order (trainer/data_parallel.h implements them with NCCL).
+class Collectives {
+  public:
+    virtual ~Collectives() = default;
+    virtual int processes() const = 0;
+    virtual int rank() const = 0;
+    // n floats summed across the processes, in place.
+    virtual void sum(float* data, std::size_t n) = 0;
+    // `data` holds processes() slices of slice_bytes each; afterwards every process holds every
+    // slice as its owner (the process of the same rank) had it.
+    virtual void all_gather(void* data, std::size_t slice_bytes) = 0;
+};
+
+// Which part of the optimizer this process keeps (ZeRO-1): with `collectives`, its moments and up
+// to date master weights for one of collectives->processes() equal slices of the parameters,
+// the rank-th (the parameter count padded to a multiple of the processes); without, all of them.
+struct OptimizerShard {
+    Collectives* collectives = nullptr;
+};
+
 // A GPT on the GPU with activations for micro-batches up to B x T. Act is float (all-fp32) or
 // bf16 (mixed precision: bf16 weights and activations, fp32 master weights, gradients and
 // optimizer state). Errors (out of memory included) throw std::runtime_error.
 template <typename Act>
 class Gpt {
   public:
-    Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T);
+    Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T, OptimizerShard shard = {});
     ~Gpt();
     Gpt(const Gpt&) = delete;
     Gpt& operator=(const Gpt&) = delete;
@@ -86,35 +120,48 @@ class Gpt {
     std::size_t device_bytes() const { return device_bytes_; }
 
     // The master weights and the optimizer's moments (param_layout(config).total floats each).
+    // Sharded, the getters are collectives (every process calls them; each gets all of it).
     void set_params(const std::vector<float>& params);
-    std::vector<float> params() const;
+    std::vector<float> params();
     void set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v);
-    void optimizer_state(std::vector<float>* m, std::vector<float>* v) const;
+    void optimizer_state(std::vector<float>* m, std::vector<float>* v);
 
     // Mean loss of a micro-batch of B x T tokens (targets: the next token of each input).
     float loss(const int* inputs, const int* targets, int B, int T);
     // Forward and backward of a micro-batch: adds d(dloss_scale * sum of losses)/dparams to the
     // gradients and returns the mean loss. For a step's mean loss over n micro-batches of B x T,
-    // dloss_scale = 1 / (n * B * T).
-    float forward_backward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
+    // dloss_scale = 1 / (n * B * T). `finished` (if any) hears of the gradients as the backward
+    // finishes them.
+    float forward_backward(const int* inputs, const int* targets, int B, int T, float dloss_scale,
+                           const GradientsFinished& finished = nullptr);
     void zero_grads();
     std::vector<float> grads() const;
     // The gradients on the GPU, param_layout(config()).total floats in one buffer (a data-parallel
-    // run sums them across its processes before update).
+    // run sums them across its processes before update), padded with zeros to gradient_slice()
+    // times the shards.
     float* device_grads() { return grads_; }
+    // A shard's slice of the flat arrays, in floats (all of them without sharding).
+    std::size_t gradient_slice() const { return slice_; }
+    // Bytes of the optimizer's moments on this GPU (all, or one shard's).
+    std::size_t optimizer_bytes() const { return 2 * slice_ * sizeof(float); }
     // The logits [B, T, Vp] of the last forward (before a backward overwrites them), as floats.
     std::vector<float> logits(int B, int T) const;
     // Logits of position t - 1 of one sequence of t tokens (generation): V floats.
     std::vector<float> next_token_logits(const int* tokens, int t);
 
     // Clips the gradients to max_norm (0: no clipping) and takes an AdamW step (step counts from
-    // 1). Returns the gradient norm before clipping.
+    // 1). Returns the gradient norm before clipping. Sharded, this process's slice of the gradients
+    // must hold their sum over the processes (a reduce-scatter); the update is a collective that
+    // leaves every process with the whole of the new weights.
     float update(float lr, float beta1, float beta2, float eps, float weight_decay, float max_norm,
                  int step);
 
   private:
     void forward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
-    void backward(int B, int T);
+    void backward(int B, int T, const GradientsFinished& finished);
+    // The whole of a sharded float array: `full` (padded size) gets every process's slice, this
+    // process's from `own`.
+    void gather_shards(float* full, const float* own);
     void upload_tokens(const int* inputs, const int* targets, int n);
     std::vector<float> download(const float* device) const;
     float mean_loss(int rows);
@@ -125,13 +172,17 @@ class Gpt {
     const Ops<Act>& ops_;
     int max_B_, max_T_;
     ParamLayout layout_;
+    Collectives* shards_;        // null: not sharded
+    std::size_t padded_ = 0;     // layout_.total rounded up to a multiple of the shards
+    std::size_t slice_ = 0;      // padded_ / shards: the floats of one shard
+    std::size_t shard_begin_ = 0;  // where this process's slice starts
     std::size_t device_bytes_ = 0;
     std::vector<void*> allocations_;
 
-    float* master_ = nullptr;  // fp32 master weights
+    float* master_ = nullptr;  // fp32 master weights (sharded and bf16: only its slice current)
     Act* working_ = nullptr;   // the weights the forward reads: master_ itself in fp32 mode
     float* grads_ = nullptr;
-    float* m_ = nullptr;
+    float* m_ = nullptr;  // the moments of this process's slice (slice_ floats each)
     float* v_ = nullptr;
     std::array<Act*, kParamTensors> param_{};
     std::array<float*, kParamTensors> grad_{};

@@ -45,7 +45,10 @@ struct Options {
     std::string model = "tiny";
     std::string dtype;  // bf16 (default where the GPU has it) or fp32
     std::string kernels = "reference";
-    std::string attention = "cudnn";             // cudnn (where the build has it) or flash
+    std::string kernel_choices;       // module 08: which exercise runs each op (ops.h)
+    int check_ops = 0;                // module 08: compare each exercise's op with the reference
+    bool profile = false;             // time each op of the table alone
+    std::string attention = "cudnn";  // cudnn (where the build has it) or flash
     int batch = 4, seq_len = 0, grad_accum = 1;  // seq_len 0: the model's context
     int steps = 100, warmup = -1;                // warmup -1: a tenth of the steps
     float lr = 6e-4f, min_lr_fraction = 0.1f, weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f;
@@ -61,6 +64,10 @@ struct Options {
     bool generate = false;
     std::string dump_step0;
     double peak_tflops = 0.0;  // 0: from the GPU's name
+    // Several GPUs: the gradients' all-reduce buckets in MB (0: one all-reduce after the
+    // backward). 100 MB: the fastest of 25, 100 and 1000 on two H100s (dev/tuning/11_multi_gpu.md).
+    float bucket_mb = 100.0f;
+    int zero = 0;              // several GPUs: 1 shards the optimizer (ZeRO-1)
 };
 
 const char* kUsage = R"(usage: train_gpt [options]
@@ -73,7 +80,14 @@ data
 model
   -m, --model NAME      tiny, small, gpt2-124m                              [tiny]
   --dtype bf16|fp32     mixed precision (fp32 master weights) or all-fp32   [bf16; fp32 before sm_80]
-  --kernels NAME        the table of ops (trainer/ops.h)                    [reference]
+  --kernels NAME        the table of ops (trainer/ops.h): reference, profile [reference]
+                        (the reference, each op timed), learner (your exercises' kernels, module
+                        08), solutions (the course's readable solutions in their place)
+  --kernel-choices FILE learner/solutions: which exercise runs each op, lines "op exercise"
+                        [written by grader run 08/train_gpt: trainer_kernels/<variant>.txt]
+  --check-ops N         learner/solutions: run the reference beside every op that runs an
+                        exercise, on step 0 and every N steps, and stop where they differ [0: off]
+  --profile             time each op of the table alone (GPU time per op at exit)
   --attention NAME      bf16 attention: cudnn (cuDNN's fused attention,       [cudnn]
                         where the build has cuDNN) or flash (module 07's kernels)
 batch
@@ -104,6 +118,12 @@ evaluation and output
 several GPUs of this machine
   trainer/launch.sh N [options]   one process per GPU, the gradients summed by NCCL every step;
                         -b is per GPU (N GPUs at -b B take the steps of one at -b N*B)
+  --bucket-mb X         sum the gradients in buckets of X MB while the backward  [100]
+                        goes on (module 11's data_parallel_step); 0: in one
+                        all-reduce after the backward
+  --zero 1              ZeRO-1: each GPU keeps and updates 1/N of the optimizer  [0]
+                        (the gradients reduce-scattered after the backward, the
+                        new weights all-gathered)
 )";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -124,6 +144,10 @@ Options parse_options(int argc, char** argv) {
         }
         if (flag == "--no-checkpoint") {
             o.save = false;
+            continue;
+        }
+        if (flag == "--profile") {
+            o.profile = true;
             continue;
         }
         if (i + 1 >= argc) usage_error(flag + " needs a value");
@@ -157,6 +181,10 @@ Options parse_options(int argc, char** argv) {
             o.kernels = value;
         else if (flag == "--attention")
             o.attention = value;
+        else if (flag == "--kernel-choices")
+            o.kernel_choices = value;
+        else if (flag == "--check-ops")
+            number(&o.check_ops);
         else if (flag == "-b")
             number(&o.batch);
         else if (flag == "-t")
@@ -205,6 +233,10 @@ Options parse_options(int argc, char** argv) {
             o.dump_step0 = value;
         else if (flag == "--peak-tflops")
             number(&o.peak_tflops);
+        else if (flag == "--bucket-mb")
+            number(&o.bucket_mb);
+        else if (flag == "--zero")
+            number(&o.zero);
         else
             usage_error("unknown option " + flag);
     }
@@ -216,7 +248,11 @@ Options parse_options(int argc, char** argv) {
     if (o.temperature <= 0.0f) usage_error("--temperature must be above 0");
     if (o.attention != "cudnn" && o.attention != "flash")
         usage_error("--attention " + o.attention + ": cudnn or flash");
+    if (o.zero != 0 && o.zero != 1)
+        usage_error("--zero " + std::to_string(o.zero) + ": 0 or 1 (ZeRO-1 shards the optimizer)");
+    if (o.bucket_mb < 0) usage_error("--bucket-mb must be 0 or more");
     allow_cudnn_attention(o.attention == "cudnn");
+    configure_exercise_tables({o.kernel_choices, o.check_ops, o.steps});
     return o;
 }
 
@@ -412,13 +448,15 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         throw std::invalid_argument("--kernels " + o.kernels +
                                     ": no such table of ops (this build has: " + ops_table_names() +
                                     ")");
+    if (o.profile) ops = profiled_table(*ops);
     if (o.generate) {
         Gpt<Act> model(config, *ops, 1, config.max_seq_len);
         model.set_params(resumed->params);
         std::printf("%s\n", generate(model, tokenizer, o, config.max_seq_len).c_str());
         return 0;
     }
-    Gpt<Act> model(config, *ops, o.batch, T);
+    const bool sharded = ranks.gradient_sum() == GradientSum::sharded && ranks.processes() > 1;
+    Gpt<Act> model(config, *ops, o.batch, T, OptimizerShard{sharded ? &ranks : nullptr});
     if (resumed) {
         model.set_params(resumed->params);
         model.set_optimizer_state(resumed->m, resumed->v);
@@ -429,8 +467,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     if (!o.dump_step0.empty()) dump_step0(model, *train, o, T);
 
     // Every rank takes o.batch x T tokens per micro-batch: a step is all the ranks' tokens.
+    const int gpus = ranks.processes();
     const long long tokens_per_step =
-        static_cast<long long>(o.batch) * T * o.grad_accum * ranks.world();
+        static_cast<long long>(o.batch) * T * o.grad_accum * gpus;
     const double flops_per_step = flops_per_token(config, T) * tokens_per_step;
     const double peak = o.peak_tflops > 0 ? o.peak_tflops : peak_tflops_of(gpu_name);
     std::printf("model %s (%s), %.1fM parameters, %s, kernels: %s\n", o.model.c_str(),
@@ -439,8 +478,16 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     std::printf(
         "batch %d x %d tokens x %d micro-batches x %d GPUs = %lld tokens per step, %d steps; GPU "
         "%s, %.2f GiB allocated\n",
-        o.batch, T, o.grad_accum, ranks.world(), tokens_per_step, o.steps, gpu_name.c_str(),
+        o.batch, T, o.grad_accum, gpus, tokens_per_step, o.steps, gpu_name.c_str(),
         model.device_bytes() / 1073741824.0);
+    if (gpus > 1) {
+        const char* how = ranks.gradient_sum() == GradientSum::overlapped
+                              ? "all-reduced in buckets during the backward"
+                          : sharded ? "reduce-scattered after the backward (ZeRO-1)"
+                                    : "all-reduced after the backward";
+        std::printf("%d GPUs: gradients %s; optimizer moments %.2f GiB per GPU\n", gpus, how,
+                    model.optimizer_bytes() / 1073741824.0);
+    }
 
     std::filesystem::create_directories(o.out);
     const std::string csv_path = o.out + "/loss.csv";
@@ -462,11 +509,13 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         }
         return static_cast<float>(sum / o.val_batches);
     };
+    // Rank 0 writes; sharded, every rank takes part in gathering the weights and moments.
     auto save = [&](int step, const std::string& name) {
+        if (!sharded && !ranks.main()) return;
         Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
                               {},     {}};
         model.optimizer_state(&checkpoint.m, &checkpoint.v);
-        save_checkpoint(o.out + "/" + name, checkpoint);
+        if (ranks.main()) save_checkpoint(o.out + "/" + name, checkpoint);
     };
 
     std::vector<int> inputs, targets, others_inputs, others_targets;
@@ -482,7 +531,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (ranks.main() && o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
             std::printf("--- sample at step %d ---\n%s\n---\n", step,
                         generate(model, tokenizer, o, T).c_str());
-        if (ranks.main() && o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0)
+        if (o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0)
             save(step, "model_step" + std::to_string(step) + ".ckpt");
 
         const auto start = std::chrono::steady_clock::now();
@@ -491,16 +540,20 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         for (int micro = 0; micro < o.grad_accum; ++micro) {
             // Every rank reads the same micro-batches in the same order and keeps the rank-th:
             // the loaders stay at one position, the one a checkpoint records.
-            for (int r = 0; r < ranks.world(); ++r)
+            for (int r = 0; r < ranks.processes(); ++r)
                 train->next_batch(r == ranks.rank() ? &inputs : &others_inputs,
                                   r == ranks.rank() ? &targets : &others_targets);
+            // The last micro-batch's backward finishes the step's gradients: their sum across the
+            // ranks may start as it goes.
+            const bool last = micro == o.grad_accum - 1;
             loss += model.forward_backward(inputs.data(), targets.data(), o.batch, T,
-                                           1.0f / tokens_per_step) /
+                                           1.0f / tokens_per_step,
+                                           last ? ranks.gradients_finished() : nullptr) /
                     o.grad_accum;
         }
         // Each rank's gradients are its share of the sum over the step's tokens: summed, they are
         // the step's gradient on every rank, and so is the update.
-        ranks.sum(model.device_grads(), param_layout(config).total);
+        ranks.sum_gradients(model.device_grads(), model.gradient_slice());
         loss = ranks.mean(static_cast<float>(loss));
         const float lr = learning_rate(o, step);
         const float norm =
@@ -521,8 +574,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             ++timed_steps;
         }
         const double tokens_per_s = tokens_per_step / seconds;
+        // MFU per GPU: each GPU's share of the step's FLOPs against its own peak.
         const double mfu = peak > 0 && !std::is_same_v<Act, float>
-                               ? flops_per_step / seconds / (peak * 1e12)
+                               ? flops_per_step / gpus / seconds / (peak * 1e12)
                                : NAN;
         const double mean_step = timed_steps ? timed_seconds / timed_steps : seconds;
         char mfu_text[16] = "-";
@@ -542,14 +596,16 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         std::printf("step %5d | val loss %.4f\n", o.steps, val_loss);
         csv << o.steps << ",," << val_loss << ",,,,\n";
     }
-    if (o.save && ranks.main()) save(o.steps, "model.ckpt");
+    if (o.save) save(o.steps, "model.ckpt");
     if (timed_steps > 0) {
         const double tokens_per_s = tokens_per_step * timed_steps / timed_seconds;
         std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,
                     1e3 * timed_seconds / timed_steps, tokens_per_s);
+        if (gpus > 1) std::printf(" (%.0f per GPU)", tokens_per_s / gpus);
         if (peak > 0 && !std::is_same_v<Act, float>)
-            std::printf(", MFU %.1f%% of %.0f TFLOP/s",
-                        100 * flops_per_token(config, T) * tokens_per_s / (peak * 1e12), peak);
+            std::printf(", MFU %.1f%% of %.0f TFLOP/s%s",
+                        100 * flops_per_token(config, T) * tokens_per_s / gpus / (peak * 1e12),
+                        peak, gpus > 1 ? " per GPU" : "");
         std::printf("; GPU memory in use after the first step: %.2f GiB\n",
                     peak_used / 1073741824.0);
     }
@@ -565,7 +621,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
 int main_checked(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
     DataParallel ranks = DataParallel::from_environment();
-    if (ranks.world() > 1 && !o.dump_step0.empty())
+    if (ranks.processes() > 1 && !o.dump_step0.empty())
         usage_error("--dump-step0 writes one process's step (the PyTorch check): run it alone");
     std::unique_ptr<Checkpoint> resumed;
     if (!o.resume.empty())
@@ -600,7 +656,11 @@ int main_checked(int argc, char** argv) {
             val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
     }
 
-    ranks.join();  // this rank's GPU, and the other ranks
+    // This rank's GPU, the other ranks, and how the gradients are summed across them.
+    ranks.join(o.zero ? GradientSum::sharded
+               : o.bucket_mb > 0 ? GradientSum::overlapped
+                                 : GradientSum::after_backward,
+               static_cast<std::size_t>(o.bucket_mb * (1 << 20)));
     if (!ranks.main() && !std::freopen("/dev/null", "w", stdout))  // rank 0 speaks for all
         throw std::runtime_error("rank " + std::to_string(ranks.rank()) + ": cannot quiet stdout");
     cudaDeviceProp properties{};

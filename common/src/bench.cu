@@ -488,6 +488,7 @@ std::pair<double, std::string> physical_ceiling(const PerfCase& perf) {
                 "its dense bf16 tensor-core peak, " + g.bf16_tensor_peak_formula};
     if (perf.metric == "TFLOP/s")
         return {g.fp32_peak_tflop_s, "its FP32 peak, " + g.fp32_peak_formula};
+    if (perf.metric != "GB/s") return {0.0, ""};
     // GB/s: DRAM on paper, or the copy of this run where that was faster (a GPU whose memory
     // clock is reported low).
     if (perf.baseline == "copy" && perf.baseline_value > g.memory_peak_gb_s)
@@ -553,6 +554,12 @@ void record_flops(const std::string& label, const PairTiming& timing, double flo
                   const std::string& baseline, double baseline_flops, FlopUnits units) {
     record({label, "TFLOP/s", tflop_per_s(flops, timing.learner.median_ms), baseline,
             tflop_per_s(baseline_flops, timing.baseline.median_ms), timing, units});
+}
+
+void record_steps(const std::string& label, const PairTiming& timing,
+                  const std::string& baseline) {
+    record({label, "steps/s", 1e3 / timing.learner.median_ms, baseline,
+            1e3 / timing.baseline.median_ms, timing});
 }
 
 }  // namespace course

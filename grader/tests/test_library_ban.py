@@ -110,3 +110,11 @@ def test_an_exercise_exempt_from_a_library_may_use_it():
     assert forbidden_symbol("ncclAllReduce", frozenset({"nccl"})) is None
     assert forbidden_header("/usr/include/nccl.h", "/", frozenset({"nccl"})) is None
     assert forbidden_symbol("cublasSgemm_v2", frozenset({"nccl"})).library == "cuBLAS"
+
+
+def test_the_course_nccl_check_header_is_ncclS():
+    """course/nccl.h (NCCL_CHECK) is NCCL's for the ban: it passes for the exercise exempt from
+    NCCL (module 11's data_parallel_step), and is refused to the others."""
+    path = "/course/common/include/course/nccl.h"
+    assert forbidden_header(path, "/", frozenset({"nccl"})) is None
+    assert forbidden_header(path)[0] == "nccl.h"

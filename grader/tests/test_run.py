@@ -67,10 +67,12 @@ def test_timed_cases_get_a_row_each_with_metric_baseline_and_target(built_course
     assert lines[0].split() == ["01_fixture", "status", "metric", "baseline", "%", "of",
                                 "baseline", "target"]
     passes = lines.index(next(line for line in lines if line.startswith("passes")))
-    assert lines[passes].split()[-3:] == ["met", "(>=", "80%)"]
+    # The target met, the fast reference's stretch shown beside it (and met by one case).
+    assert lines[passes].split()[-5:] == ["met", "(>=", "80%;", "stretch", "88%)"]
     assert lines[passes + 1].split() == ["n=2^10", "900.0", "GB/s", "copy", "1000.0", "GB/s",
-                                         "90.0%", "met"]
-    assert lines[passes + 2].split()[0] == "n=2^20" and "85.0%" in lines[passes + 2]
+                                         "90.0%", "stretch", "met"]
+    assert lines[passes + 2].split()[0] == "n=2^20" and lines[passes + 2].split()[-2:] == [
+        "85.0%", "met"]
 
 
 def test_build_progress_goes_to_stderr_with_the_no_gpu_note(built_course):
@@ -122,20 +124,23 @@ def test_solutions_all_pass_in_their_own_tree(built_course):
     assert (built_course.root / "build/solutions/bin/01_fixture.hangs.solution").is_file()
 
 
-def test_solutions_show_the_readable_and_the_fast_reference_judging_the_fast(built_course):
+def test_solutions_judge_the_readable_on_the_target_and_the_fast_on_the_stretch(built_course):
     lines = built_course.solutions.stdout.splitlines()
     readable = lines.index(next(line for line in lines if line.startswith("passes (readable)")))
-    assert lines[readable].split()[-3:] == ["judged", "on", "fast"]
-    assert lines[readable + 1].split()[-1] == "90.0%"  # shown, not judged
+    assert lines[readable].split()[-5:] == ["met", "(>=", "80%;", "stretch", "88%)"]
+    assert lines[readable + 2].split()[-2:] == ["85.0%", "met"]
     fast = lines.index(next(line for line in lines if line.startswith("passes (fast)")))
     assert fast == readable + 3  # its own row and cases, right after the readable ones
-    assert lines[fast].split()[-3:] == ["met", "(>=", "80%)"]
-    assert lines[fast + 1].split()[-2:] == ["90.0%", "met"]
+    assert lines[fast].split()[-4:] == ["stretch", "met", "(>=", "88%)"]
+    assert lines[fast + 2].split()[-3:] == ["93.5%", "stretch", "met"]
     assert (built_course.root / "build/fast/bin/01_fixture.passes.fast").is_file()
     assert not (built_course.root / "build/fast/bin/01_fixture.hangs.fast").exists()
     saved = json.loads((built_course.root / ".grader/results.json").read_text())
-    assert saved["fast"]["01_fixture/passes"]["target_met"] is True
-    assert saved["solution"]["01_fixture/passes"]["target_met"] is None
+    readable_saved, fast_saved = (saved[variant]["01_fixture/passes"]
+                                  for variant in ("solution", "fast"))
+    assert (readable_saved["target_met"], readable_saved["stretch_met"]) == (True, False)
+    assert (fast_saved["target_met"], fast_saved["stretch_met"]) == (True, True)
+    assert readable_saved["stretch"] == 0.88
 
 
 def test_json_lists_every_result(built_course):

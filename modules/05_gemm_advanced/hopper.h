@@ -86,7 +86,10 @@ __device__ inline void tma_load_2d(void* destination, const CUtensorMap* map, in
 
 // ---- wgmma --------------------------------------------------------------------------------------
 
-// Orders this warpgroup's earlier register and shared-memory accesses before the wgmma that follow.
+// Orders this warpgroup's earlier accesses to the registers wgmma uses (the accumulators) before
+// the wgmma that follow. Registers only: wgmma reads shared memory through the async proxy, so a
+// tile the threads wrote themselves needs fence.proxy.async before it (PTX ISA, wgmma.fence); the
+// tiles here come from TMA, ordered by the mbarrier the consumers wait on.
 __device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
 // Closes the group of this warpgroup's wgmma issued since the last commit.

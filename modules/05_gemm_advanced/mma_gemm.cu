@@ -42,7 +42,7 @@ static_assert(kTilesM * kMmaM == kWarpM && kBK % kMmaK == 0 && kChunksPerRow == 
 
 }  // namespace
 
-// TODO: three small __device__ helpers around the PTX (notes/05_gemm_advanced.md, section 3):
+// TODO: three small __device__ helpers around the PTX (notes/05_gemm_advanced.md, section 4):
 //       - shared_address(pointer): the 32-bit shared-memory address of a pointer into shared
 //         memory (static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer))), what ldmatrix
 //         takes;

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // TODO: warpgroup 0 is the producer: hopper::set_registers_decrease<kProducerRegisters>(),
     //       then thread 0 alone, for each k tile kt (stage kt % kStages, pass kt / kStages):
     //       wait until the consumers have emptied the stage (which parity, in the first pass,
-    //       when nothing has been emptied yet? notes, section 6), announce kStageBytes to
+    //       when nothing has been emptied yet? notes, section 7), announce kStageBytes to
     //       full[stage] (hopper::mbarrier_arrive_expect_tx), and copy A's box at (kt * kBK,
     //       row0) and B's at (kt * kBK, col0) with hopper::tma_load_2d.
     // TODO: warpgroups 1 and 2 are the consumers (hopper::set_registers_increase<

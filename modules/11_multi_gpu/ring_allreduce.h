@@ -1,6 +1,8 @@
 // Contract of 11_multi_gpu/ring_allreduce. Read-only: the checker calls exactly this.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstddef>
 
 // The sum of `gpus` buffers, one per GPU, in place: buffers[g] is a device pointer on GPU g
@@ -17,8 +19,13 @@
 // of GPUs that supports it (cudaDeviceEnablePeerAccess), so a cudaMemcpyPeerAsync between them
 // goes over NVLink or PCIe without a stop in host memory.
 //
-// Enqueue the work on each GPU's default stream (cudaSetDevice(g), then stream 0) and return; the
-// checker synchronizes every GPU before it reads a buffer. Leave the current device as you found
-// it. You may keep CUDA events between calls (created once per GPU).
-void ring_allreduce(float* const* buffers, float* const* scratch, int gpus, std::size_t count);
-void ring_allreduce(int* const* buffers, int* const* scratch, int gpus, std::size_t count);
+// streams[g] is a stream of GPU g, made by the checker with cudaStreamNonBlocking (no implicit
+// ordering with any other stream, the legacy default stream included, as NCCL's streams): enqueue
+// GPU g's work there (cudaSetDevice(g) first) and return. buffers[g] holds its input once what the
+// caller enqueued on streams[g] before the call has run. The checker synchronizes every GPU before
+// it reads a buffer. Leave the current device as you found it. You may keep CUDA events between
+// calls (created once per GPU).
+void ring_allreduce(float* const* buffers, float* const* scratch, const cudaStream_t* streams,
+                    int gpus, std::size_t count);
+void ring_allreduce(int* const* buffers, int* const* scratch, const cudaStream_t* streams, int gpus,
+                    std::size_t count);

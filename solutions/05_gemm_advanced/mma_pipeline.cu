@@ -10,8 +10,9 @@
 // ldmatrix of k16 step s + 1 issued before the mma of step s); and a grouped block order
 // (course::grouped_tile). Same tiles, warps, swizzle and fragments as mma_gemm.
 //
-// Run:  grader run 05/mma_pipeline --solutions      Profile: grader profile 05/mma_pipeline
-// --solutions Contract: gemm_bf16.h                             Notes:   notes/05_gemm_advanced.md
+// Run:  grader run 05/mma_pipeline --solutions
+// Profile: grader profile 05/mma_pipeline --solutions
+// Contract: gemm_bf16.h                             Notes:   notes/05_gemm_advanced.md
 #include <cstdint>
 #include <stdexcept>
 #include <string>

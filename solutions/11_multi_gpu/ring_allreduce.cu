@@ -18,8 +18,6 @@
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 4096;  // enough to fill any GPU; a grid-stride loop does the rest
 constexpr int kMaxGpus = 64;      // one event per GPU, kept between calls
 
 // dst[i] += src[i] for i < n: the reduction of one step, on the receiving GPU.
@@ -32,10 +30,12 @@ __global__ void add_into_kernel(T* dst, const T* src, std::size_t n) {
 }
 
 template <typename T>
-void add_into(T* dst, const T* src, std::size_t n) {
+void add_into(T* dst, const T* src, std::size_t n, cudaStream_t stream) {
+    constexpr int kThreads = 256;
+    constexpr int kMaxBlocks = 4096;  // enough to fill any GPU; a grid-stride loop does the rest
     const int blocks =
         static_cast<int>(std::min<std::size_t>(course::ceil_div(n, kThreads), kMaxBlocks));
-    add_into_kernel<<<blocks, kThreads>>>(dst, src, n);
+    add_into_kernel<<<blocks, kThreads, 0, stream>>>(dst, src, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -44,13 +44,13 @@ void add_into(T* dst, const T* src, std::size_t n) {
 struct Chunk {
     std::size_t begin;
     std::size_t size;
-};
 
-Chunk chunk_of(int c, int gpus, std::size_t count) {
-    const std::size_t per_chunk = course::ceil_div(count, static_cast<std::size_t>(gpus));
-    const std::size_t begin = std::min(count, c * per_chunk);
-    return {begin, std::min(count, begin + per_chunk) - begin};
-}
+    static Chunk of(int c, int gpus, std::size_t count) {
+        const std::size_t per_chunk = course::ceil_div(count, static_cast<std::size_t>(gpus));
+        const std::size_t begin = std::min(count, c * per_chunk);
+        return {begin, std::min(count, begin + per_chunk) - begin};
+    }
+};
 
 // The event GPU g records when its part of a step is done. Created on the first call, with GPU g
 // current (an event belongs to the device that creates it: record step_done(g) on every GPU
@@ -64,62 +64,65 @@ cudaEvent_t step_done(int g) {
 // One step of the ring: GPU g pulls chunk chunk_for(g) from its left neighbour, into scratch[g]
 // when reduce (then adds it into its own copy), else straight into its own copy.
 template <typename T, typename ChunkFor>
-void ring_step(T* const* buffers, T* const* scratch, int gpus, std::size_t count,
-               ChunkFor chunk_for, bool reduce) {
+void ring_step(T* const* buffers, T* const* scratch, const cudaStream_t* streams, int gpus,
+               std::size_t count, ChunkFor chunk_for, bool reduce) {
     // First every GPU waits for its left neighbour's previous step, whose result it pulls now.
     // All the waits go in before any record of this step: a wait takes the event's latest record.
     for (int g = 0; g < gpus; ++g) {
         CUDA_CHECK(cudaSetDevice(g));
-        CUDA_CHECK(cudaStreamWaitEvent(0, step_done((g + gpus - 1) % gpus), 0));
+        CUDA_CHECK(cudaStreamWaitEvent(streams[g], step_done((g + gpus - 1) % gpus), 0));
     }
     for (int g = 0; g < gpus; ++g) {
         const int left = (g + gpus - 1) % gpus;
-        const Chunk chunk = chunk_of(chunk_for(g), gpus, count);
+        const Chunk chunk = Chunk::of(chunk_for(g), gpus, count);
         CUDA_CHECK(cudaSetDevice(g));
         if (chunk.size > 0) {
             T* own = buffers[g] + chunk.begin;
             T* landing = reduce ? scratch[g] : own;
             // The receiver pulls, on its own stream: the copy, then the add, in order.
             CUDA_CHECK(cudaMemcpyPeerAsync(landing, g, buffers[left] + chunk.begin, left,
-                                           chunk.size * sizeof(T), 0));
-            if (reduce) add_into(own, landing, chunk.size);
+                                           chunk.size * sizeof(T), streams[g]));
+            if (reduce) add_into(own, landing, chunk.size, streams[g]);
         }
-        CUDA_CHECK(cudaEventRecord(step_done(g), 0));
+        CUDA_CHECK(cudaEventRecord(step_done(g), streams[g]));
     }
 }
 
 template <typename T>
-void ring_allreduce_typed(T* const* buffers, T* const* scratch, int gpus, std::size_t count) {
+void ring_allreduce_typed(T* const* buffers, T* const* scratch, const cudaStream_t* streams,
+                          int gpus, std::size_t count) {
     int caller_device = 0;
     CUDA_CHECK(cudaGetDevice(&caller_device));
     // Step "-1": what the caller enqueued on each GPU (the inputs) is done before a neighbour
     // pulls from it.
     for (int g = 0; g < gpus; ++g) {
         CUDA_CHECK(cudaSetDevice(g));
-        CUDA_CHECK(cudaEventRecord(step_done(g), 0));
+        CUDA_CHECK(cudaEventRecord(step_done(g), streams[g]));
     }
     // Reduce-scatter. At step s GPU g receives chunk (g - 1 - s) mod gpus, which its left
     // neighbour added into at step s - 1: after gpus - 1 steps GPU g holds the full sum of chunk
     // (g + 1) mod gpus. (+ gpus keeps the remainder of a negative number non-negative.)
     for (int s = 0; s < gpus - 1; ++s)
         ring_step(
-            buffers, scratch, gpus, count,
+            buffers, scratch, streams, gpus, count,
             [=](int g) { return ((g - 1 - s) % gpus + gpus) % gpus; }, true);
     // All-gather. At step s GPU g receives chunk (g - s) mod gpus, finished on its left
     // neighbour (its own full sum at s = 0, received at step s - 1 after that).
     for (int s = 0; s < gpus - 1; ++s)
         ring_step(
-            buffers, scratch, gpus, count, [=](int g) { return ((g - s) % gpus + gpus) % gpus; },
-            false);
+            buffers, scratch, streams, gpus, count,
+            [=](int g) { return ((g - s) % gpus + gpus) % gpus; }, false);
     CUDA_CHECK(cudaSetDevice(caller_device));
 }
 
 }  // namespace
 
-void ring_allreduce(float* const* buffers, float* const* scratch, int gpus, std::size_t count) {
-    ring_allreduce_typed(buffers, scratch, gpus, count);
+void ring_allreduce(float* const* buffers, float* const* scratch, const cudaStream_t* streams,
+                    int gpus, std::size_t count) {
+    ring_allreduce_typed(buffers, scratch, streams, gpus, count);
 }
 
-void ring_allreduce(int* const* buffers, int* const* scratch, int gpus, std::size_t count) {
-    ring_allreduce_typed(buffers, scratch, gpus, count);
+void ring_allreduce(int* const* buffers, int* const* scratch, const cudaStream_t* streams, int gpus,
+                    std::size_t count) {
+    ring_allreduce_typed(buffers, scratch, streams, gpus, count);
 }

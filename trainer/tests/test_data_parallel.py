@@ -94,3 +94,45 @@ def test_two_gpus_take_the_step_of_one_at_twice_the_batch(train_gpt, byte_data, 
     assert two.returncode == 0, two.stderr
     # fp32: the same sums in another order (two halves, then NCCL's sum of the two)
     assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=1e-4)
+
+
+def test_overlap_buckets_and_zero_take_the_same_steps(train_gpt, byte_data, tmp_path):
+    """The three ways of summing the gradients (trainer/data_parallel.h) on 2 GPUs: in buckets of
+    1 KB during the backward (every layer's tensors their own all-reduces), in one all-reduce
+    after it, and ZeRO-1. Two ranks add a + b whatever the buckets: bit for bit the same run.
+    ZeRO-1 sums the squared norm slice by slice: the same run within rounding."""
+    if gpus() < 2:
+        pytest.skip(f"needs 2 GPUs, this machine has {gpus()}")
+    args = ["--data", str(byte_data), "-m", "tiny", "--steps", "20", "-b", "2"]
+    runs = {}
+    for name, extra in {"buckets": ["--bucket-mb", "0.001"], "after": ["--bucket-mb", "0"],
+                        "zero": ["--zero", "1"]}.items():
+        result = train(train_gpt, tmp_path / name, *args, *extra, launch=2)
+        assert result.returncode == 0, result.stderr
+        runs[name] = losses(tmp_path / name)
+    assert runs["buckets"] == runs["after"]
+    assert runs["zero"] == pytest.approx(runs["after"], rel=1e-5)
+
+
+def test_zero_checkpoint_resumes_the_run(train_gpt, byte_data, tmp_path):
+    """ZeRO-1's checkpoint gathers every GPU's moments: 10 steps, then 10 more from its
+    checkpoint, end where 20 steps in one go do."""
+    if gpus() < 2:
+        pytest.skip(f"needs 2 GPUs, this machine has {gpus()}")
+    common = ["--data", str(byte_data), "-m", "tiny", "-b", "2", "--zero", "1", "--dtype", "fp32",
+              "--val-every", "0", "--sample-length", "0"]
+    env = {**os.environ, "TRAIN_GPT": train_gpt}
+
+    def launch(out, *args):
+        result = subprocess.run([str(LAUNCH), "2", *common, "--out", str(out), *args],
+                                capture_output=True, text=True, errors="replace", timeout=600,
+                                env=env)
+        assert result.returncode == 0, result.stderr
+        return [float(line.split(",")[1]) for line in
+                (out / "loss.csv").read_text().splitlines()[1:] if line.split(",")[1]]
+
+    whole = launch(tmp_path / "whole", "--steps", "20")
+    launch(tmp_path / "parts", "--steps", "20", "--checkpoint-every", "10")
+    resumed = launch(tmp_path / "resumed", "--steps", "20", "--resume",
+                     str(tmp_path / "parts" / "model_step10.ckpt"))
+    assert resumed == pytest.approx(whole[10:], rel=1e-5)

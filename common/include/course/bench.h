@@ -156,5 +156,10 @@ void record_bandwidth(const std::string& label, const PairTiming& timing, double
 void record_flops(const std::string& label, const PairTiming& timing, double flops,
                   const std::string& baseline, double baseline_flops,
                   FlopUnits units = FlopUnits::fp32_cuda_cores);  // TFLOP/s
+// A step of work that is not one rate of one unit (module 11's backward overlapped with its
+// all-reduces): steps per second of each side, from its median time, without a physical ceiling
+// (the checker proves the work by checking every timed step).
+void record_steps(const std::string& label, const PairTiming& timing,
+                  const std::string& baseline);  // steps/s
 
 }  // namespace course

@@ -1,6 +1,7 @@
 // Checker of 11_multi_gpu/ring_allreduce: integer sums checked exactly on every GPU (a chunk
 // skipped, added twice or gathered too early shows), at sizes around the chunking (1, fewer
-// elements than GPUs, primes), on 2 GPUs and on all of them; float sums within a tolerance
+// elements than GPUs, primes), on 2 GPUs and on all of them, GPU 1 slow to produce its input (a
+// step that does not wait for its neighbour shows every time); float sums within a tolerance
 // derived from the number of GPUs; then the bus bandwidth at 256 MB against ncclAllReduce on the
 // same buffers, every timed call of both checked on the device. Needs 2 GPUs (min_gpus).
 #include <algorithm>
@@ -69,6 +70,18 @@ void enable_peer_access(int gpus) {
     enabled_up_to = std::max(enabled_up_to, gpus);
 }
 
+// What the contract promises: one non-blocking stream per GPU, made once per process.
+const std::vector<cudaStream_t>& ring_streams(int gpus) {
+    static std::vector<cudaStream_t> streams;
+    while (static_cast<int>(streams.size()) < gpus) {
+        OnGpu on(static_cast<int>(streams.size()));
+        cudaStream_t stream = nullptr;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        streams.push_back(stream);
+    }
+    return streams;
+}
+
 // One buffer and one scratch per GPU, each allocated (and poisoned) on its own GPU.
 template <typename T>
 struct RingBuffers {
@@ -90,6 +103,32 @@ struct RingBuffers {
         }
     }
 };
+
+__global__ void spin_kernel(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+// GPU 1 is slow to produce its input: its buffer holds the poison, and its stream gets a few
+// milliseconds of work and then the copy of its input, all still running when ring_allreduce is
+// called. What the caller enqueued must be done before a neighbour pulls from
+// it, and so must each step before the next: a ring whose steps do not wait for the left
+// neighbour's (GPU 2 pulls from GPU 1, then the others in turn) reads the poison, every time.
+template <typename T>
+std::unique_ptr<course::DeviceBuffer<T>> make_gpu1_slow(RingBuffers<T>& ring,
+                                                        const std::vector<T>& input) {
+    OnGpu on(1);
+    auto pristine = std::make_unique<course::DeviceBuffer<T>>("pristine", input);
+    ring.buffers[1]->poison();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const cudaStream_t stream = ring_streams(2)[1];
+    spin_kernel<<<1, 1, 0, stream>>>(5000000);  // a few milliseconds
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpyAsync(ring.buffer_pointers[1], pristine->data(),
+                               input.size() * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+    return pristine;  // kept until the GPU has used it
+}
 
 // The elementwise sum of the inputs, in double (exact for the integers used here).
 template <typename T>
@@ -152,8 +191,10 @@ void check_ring(const std::vector<std::vector<T>>& inputs, const course::Toleran
     const std::size_t count = inputs[0].size();
     enable_peer_access(gpus);
     RingBuffers<T> ring(inputs);
+    const auto gpu1_input = make_gpu1_slow(ring, inputs[1]);
     CUDA_CHECK(cudaSetDevice(0));
-    ring_allreduce(ring.buffer_pointers.data(), ring.scratch_pointers.data(), gpus, count);
+    ring_allreduce(ring.buffer_pointers.data(), ring.scratch_pointers.data(),
+                   ring_streams(gpus).data(), gpus, count);
     int current = 0;
     CUDA_CHECK(cudaGetDevice(&current));
     synchronize_all(gpus);
@@ -212,8 +253,9 @@ TEST_F(RingAllreduce, FloatSumsWithinTolerance) {
 
 // --- Timing across GPUs -----------------------------------------------------------------------
 
-// Times one call across `gpus` GPUs with GPU 0's events: every other GPU's default stream starts
-// after the start event and joins GPU 0's before the stop event, so the time is the slowest GPU's.
+// Times one call across `gpus` GPUs with GPU 0's events: every GPU's stream that the call uses
+// (streams[g]; the default stream where it is null) starts after the start event and joins GPU 0's
+// default stream before the stop event, so the time is the slowest GPU's.
 class MultiGpuTimer {
   public:
     explicit MultiGpuTimer(int gpus) : gpus_(gpus), joined_(gpus) {
@@ -233,18 +275,19 @@ class MultiGpuTimer {
     MultiGpuTimer(const MultiGpuTimer&) = delete;
     MultiGpuTimer& operator=(const MultiGpuTimer&) = delete;
 
-    double time_ms(const std::function<void()>& call) {
+    double time_ms(const std::function<void()>& call, const cudaStream_t* streams) {
         OnGpu on(0);
         CUDA_CHECK(cudaEventRecord(start_, 0));
-        for (int g = 1; g < gpus_; ++g) {
+        for (int g = 0; g < gpus_; ++g) {
             OnGpu other(g);
-            CUDA_CHECK(cudaStreamWaitEvent(0, start_, 0));
+            CUDA_CHECK(cudaStreamWaitEvent(streams ? streams[g] : 0, start_, 0));
         }
         call();
-        for (int g = 1; g < gpus_; ++g) {
+        CUDA_CHECK(cudaSetDevice(0));  // whatever the call left current (the correctness cases say)
+        for (int g = 0; g < gpus_; ++g) {
             {
                 OnGpu other(g);
-                CUDA_CHECK(cudaEventRecord(joined_[g], 0));
+                CUDA_CHECK(cudaEventRecord(joined_[g], streams ? streams[g] : 0));
             }
             CUDA_CHECK(cudaStreamWaitEvent(0, joined_[g], 0));
         }
@@ -337,8 +380,10 @@ TEST_F(RingAllreduce, BusBandwidth256MB) {
         }
     };
     std::vector<void*> untyped(ring.buffer_pointers.begin(), ring.buffer_pointers.end());
+    const cudaStream_t* streams = ring_streams(gpus).data();
     const auto learner = [&] {
-        ring_allreduce(ring.buffer_pointers.data(), ring.scratch_pointers.data(), gpus, count);
+        ring_allreduce(ring.buffer_pointers.data(), ring.scratch_pointers.data(), streams, gpus,
+                       count);
     };
     const auto nccl = [&] {
         course::baseline::nccl_all_reduce_sum(untyped.data(), gpus, count,
@@ -350,10 +395,10 @@ TEST_F(RingAllreduce, BusBandwidth256MB) {
     // communicators, peer mappings) are warm-up.
     for (int call = 0; call < kWarmup + kSamples; ++call) {
         reset();
-        const double learner_time = timer.time_ms(learner);
+        const double learner_time = timer.time_ms(learner, streams);
         verify("ring_allreduce", call);
         reset();
-        const double nccl_time = timer.time_ms(nccl);
+        const double nccl_time = timer.time_ms(nccl, nullptr);
         verify("ncclAllReduce", call);
         if (call < kWarmup) continue;
         learner_ms.push_back(learner_time);
