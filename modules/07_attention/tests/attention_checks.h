@@ -38,17 +38,8 @@ using course::as_bf16;
 using course::bf16_bits;
 using course::bf16_values;
 using course::from_bf16;
+using course::sign_flipped;
 using course::to_bf16;
-
-// An input whose every sign the timing flips between calls (course::TimedInput): floats, or
-// bf16 bits (the sign is bit 15).
-template <class Elem>
-course::TimedInput sign_flipped(course::DeviceBuffer<Elem>& buffer) {
-    if constexpr (std::is_same_v<Elem, float>)
-        return course::TimedInput(buffer);
-    else
-        return course::TimedInput(buffer, std::uint16_t{0x8000});
-}
 
 // ---- Inputs ----
 
