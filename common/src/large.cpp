@@ -39,6 +39,10 @@ std::vector<Window> merged(std::vector<Window> windows) {
     return out;
 }
 
+// The CUDA error an earlier large case of this process failed with: sticky, so every later CUDA
+// call would fail too, and the learner would read a crash instead of the first case's diagnosis.
+std::optional<std::string> earlier_large_case_error;
+
 }  // namespace
 
 std::vector<Window> windows_past_int_range(std::size_t count, Rng& rng, std::size_t width,
@@ -83,20 +87,24 @@ void run_large_case(const std::function<void()>& call) {
         std::string text = error.what();
         const std::string tag = "[course:cuda-error] ";
         if (text.compare(0, tag.size(), tag) == 0) text.erase(0, tag.size());
+        earlier_large_case_error = text;
         throw std::runtime_error(
             "in a large case: " + text +
-            "\n  an index or offset computed in 32-bit arithmetic overflows (an int index at "
-            "2^31, an unsigned one at 2^32; a byte offset of 4-byte elements at element 2^29 in "
-            "an int, 2^30 in an unsigned) and points outside the buffers: compute indices and "
+            "\n  an index or offset computed in 32-bit int arithmetic overflows (an index at "
+            "2^31; a byte offset of 4-byte elements at element 2^29), or in 32-bit unsigned "
+            "arithmetic (at 2^32; at 2^30), and points outside the buffers: compute indices and "
             "offsets in std::size_t, and widen before multiplying (std::size_t(row) * cols). "
             "grader sanitize shows the faulting line.");
     }
 }
 
 std::optional<std::string> large_case_skip_reason(std::size_t bytes) {
+    if (earlier_large_case_error)
+        return "an earlier large case left the GPU in an error state (" +
+               *earlier_large_case_error + "): its failure comes first";
     if (exact_allocations())
         return std::string(
-            "the cases past 2^31 elements do not run with exact allocations "
+            "the large cases do not run with exact allocations "
             "(COURSE_EXACT_ALLOCATIONS, for compute-sanitizer): they run in every plain run");
     // A GPU with the memory may have lent it to other processes for a moment (checkers run side
     // by side: dev/accept.sh): wait for it a little, well inside a checker's timeout, rather than
