@@ -7,7 +7,7 @@
 # COURSE_EMULATED_MODULES names the modules the emulator can run: not those whose kernels use TMA,
 # wgmma or inline PTX of their own (dev/README.md); module 07's tensor-core instructions are
 # carried out on the host by modules/07_attention/tensor_core.h here.
-set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention CACHE STRING
+set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention 08_training CACHE STRING
     "Modules whose solutions run on the CPU emulator (the emulated variant)")
 
 find_package(Python3 3.10 REQUIRED COMPONENTS Interpreter)

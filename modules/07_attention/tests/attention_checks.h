@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "course/baselines.h"
+#include "course/bf16.h"
 #include "course/launch.h"
 #include "course/reference/attention.h"
 #include "course/reference/attention_gpu.h"
@@ -29,46 +30,15 @@ namespace attention_checks {
 using course::reference::AttentionShape;
 
 constexpr double kUnitRoundoff = 0x1.0p-24;  // float32
-constexpr double kBf16Roundoff = 0x1.0p-8;   // bf16 rounds to within a relative 2^-9; twice that
+using course::kBf16Roundoff;                 // two bf16 roundings, relatively (course/bf16.h)
 
-// ---- bf16 on the host: the bits of __nv_bfloat16, round to nearest even ----
+// ---- bf16 on the host (course/bf16.h) ----
 
-inline std::uint16_t to_bf16(float value) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &value, 4);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<std::uint16_t>(bits >> 16);
-}
-inline float from_bf16(std::uint16_t half) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(half) << 16;
-    float value;
-    std::memcpy(&value, &bits, 4);
-    return value;
-}
-inline std::vector<std::uint16_t> bf16_bits(const std::vector<float>& values) {
-    std::vector<std::uint16_t> bits(values.size());
-    for (std::size_t i = 0; i < values.size(); ++i) bits[i] = to_bf16(values[i]);
-    return bits;
-}
-// A downloaded bf16 output as floats; an element still holding the poison becomes the float
-// poison, so that the comparison reports it as never written.
-inline std::vector<float> bf16_values(const std::vector<std::uint16_t>& bits) {
-    std::vector<float> values(bits.size());
-    const std::uint32_t poison = static_cast<std::uint32_t>(course::poison_pattern<float>());
-    for (std::size_t i = 0; i < bits.size(); ++i) {
-        if (course::is_poison(bits[i]))
-            std::memcpy(&values[i], &poison, 4);
-        else
-            values[i] = from_bf16(bits[i]);
-    }
-    return values;
-}
-inline const __nv_bfloat16* as_bf16(const course::DeviceBuffer<std::uint16_t>& buffer) {
-    return reinterpret_cast<const __nv_bfloat16*>(buffer.data());
-}
-inline __nv_bfloat16* as_bf16(course::DeviceBuffer<std::uint16_t>& buffer) {
-    return reinterpret_cast<__nv_bfloat16*>(buffer.data());
-}
+using course::as_bf16;
+using course::bf16_bits;
+using course::bf16_values;
+using course::from_bf16;
+using course::to_bf16;
 
 // ---- Inputs ----
 
