@@ -129,6 +129,8 @@ function(course_exercise)
   endif()
   set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
   set(base "${EX_MODULE}.${EX_ID}")
+  # For the trainer, which builds some exercises' files into libraries of its own (module 08).
+  set_property(GLOBAL PROPERTY "COURSE_EXERCISE_${EX_MODULE}/${EX_ID}" "${EX_FILE};${EX_MIN_SM}")
   if(EX_LIBRARY STREQUAL "nccl")
     get_property(have_nccl GLOBAL PROPERTY COURSE_HAVE_NCCL)
     if(NOT have_nccl)
@@ -219,20 +221,22 @@ function(course_exercise)
 endfunction()
 
 # A module: one course_exercise() per [[exercise]] of its module.toml. CMake has no TOML parser,
-# so it reads the one-line keys it needs; `grader check` enforces that form.
+# so it reads the one-line keys it needs; `grader check` enforces that form. An exercise of kind
+# "trainer" (module 08's train_gpt) has no checker: the trainer (trainer/CMakeLists.txt) is its
+# build, and the grader runs it.
 function(course_module module_dir)
   get_filename_component(module "${module_dir}" NAME)
   # A new or renamed exercise must re-run CMake, as an edited CMakeLists.txt would.
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${module_dir}/module.toml")
   file(READ "${module_dir}/module.toml" manifest)
   string(REGEX MATCHALL
-    "\n(\\[\\[exercise\\]\\]|(id|file|checker|fast_solution|library) = \"[^\"\n]*\"|(min_sm|min_gpus) = [0-9]+)"
-    keys "\n${manifest}")
+    "\n(\\[\\[exercise\\]\\]|(id|file|checker|fast_solution|library|kind) = \"[^\"\n]*\"|(min_sm|min_gpus) = [0-9]+)"
+    keys "\n${manifest}\n[[exercise]]")
   set(id "")
   foreach(key IN LISTS keys)
     string(STRIP "${key}" key)
     if(key STREQUAL "[[exercise]]")
-      if(id)
+      if(id AND NOT kind STREQUAL "trainer")
         course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
                         MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}" LIBRARY "${library}")
       endif()
@@ -241,14 +245,11 @@ function(course_module module_dir)
       set(min_gpus 1)
       set(fast_solution "")
       set(library "")
-    elseif(key MATCHES "^(id|file|checker|fast_solution|library) = \"(.*)\"$")
+      set(kind "checker")
+    elseif(key MATCHES "^(id|file|checker|fast_solution|library|kind) = \"(.*)\"$")
       set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
     elseif(key MATCHES "^(min_sm|min_gpus) = ([0-9]+)$")
       set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
     endif()
   endforeach()
-  if(id)
-    course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
-                    MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}" LIBRARY "${library}")
-  endif()
 endfunction()

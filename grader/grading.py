@@ -1,4 +1,5 @@
-"""Grading a selection: configure once, refuse forbidden stubs, build, run each checker."""
+"""Grading a selection: configure once, refuse forbidden stubs, build, run each checker (and, for
+module 08's train_gpt, the GPT trainer: grader/trainer.py)."""
 from grader.build import (BuildTree, Log, build, configure, emulated_modules, not_emulated,
                           tree_lock)
 from grader.classify import classify
@@ -7,16 +8,28 @@ from grader.library_ban import refused_header
 from grader.manifest import Exercise
 from grader.results import BUILD_ERROR, EMULATED, FAST, LEARNER, SKIPPED, SOLUTION, Outcome, Result
 from grader.runner import run_checker
+from grader.state import load_results
 from grader.tools import gpu_count
+from grader.trainer import build_whole_trainer, grade_trainer
 
 
 def grade(tree: BuildTree, exercises: list[Exercise], log: Log,
           timeout_s: float | None = None) -> list[Result]:
-    """One Result per exercise, in order; `timeout_s` overrides each manifest's timeout_s."""
-    not_runnable = build_exercises(tree, exercises, log)
-    not_runnable = {**too_few_gpus(tree, exercises), **not_runnable}
-    return [_not_run_result(tree, exercise, not_runnable[exercise]) if exercise in not_runnable
-            else _run(tree, exercise, timeout_s or exercise.timeout_s) for exercise in exercises]
+    """One Result per exercise, in order; `timeout_s` overrides each manifest's timeout_s. The
+    checkers run first, then the trainer exercises (module 08's train_gpt), which plug in the
+    learner's exercises that pass, this run's results included."""
+    checked = [exercise for exercise in exercises if not exercise.is_trainer]
+    not_runnable = build_exercises(tree, checked, log)
+    not_runnable = {**too_few_gpus(tree, checked), **not_runnable}
+    results = {exercise: _not_run_result(tree, exercise, not_runnable[exercise])
+               if exercise in not_runnable else _run(tree, exercise, timeout_s or exercise.timeout_s)
+               for exercise in checked}
+    for exercise in exercises:
+        if exercise.is_trainer:
+            stored = load_results(tree.course.root).get(LEARNER, {})
+            results[exercise] = grade_trainer(tree, exercise, log, timeout_s or exercise.timeout_s,
+                                              stored, list(results.values()))
+    return [results[exercise] for exercise in exercises]
 
 
 def grade_references(course: Course, exercises: list[Exercise], log: Log,
@@ -32,7 +45,17 @@ def grade_references(course: Course, exercises: list[Exercise], log: Log,
 
 def build_exercises(tree: BuildTree, exercises: list[Exercise],
                     log: Log) -> dict[Exercise, Outcome]:
-    """Configures and builds; returns the exercises that did not build (or were refused)."""
+    """Configures and builds; returns the exercises that did not build (or were refused). A
+    trainer exercise builds the trainer and every exercise's library in it."""
+    trainers = [exercise for exercise in exercises if exercise.is_trainer]
+    not_built = {exercise: outcome for exercise in trainers
+                 if (outcome := build_whole_trainer(tree, log))}
+    checked = [exercise for exercise in exercises if not exercise.is_trainer]
+    return {**_build_checkers(tree, checked, log), **not_built}
+
+
+def _build_checkers(tree: BuildTree, exercises: list[Exercise],
+                    log: Log) -> dict[Exercise, Outcome]:
     with tree_lock(tree, log):
         configure(tree, log)
         not_built = _missing(tree, exercises)

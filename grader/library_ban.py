@@ -9,6 +9,7 @@ of the files it read (ninja's dependency log, `ninja -t deps`), not from the fil
 include behind a macro (`#define H <cub/cub.cuh>` then `#include H`), or one reached through
 another header, counts as well.
 """
+import re
 import subprocess
 from pathlib import PurePosixPath
 
@@ -54,18 +55,19 @@ def parse_deps(text: str) -> dict[str, list[str]]:
     return deps
 
 
-def read_headers(tree: BuildTree, exercise: Exercise) -> list[str]:
-    """The files the compiler read for the exercise's own source in `tree` (after a build)."""
+def read_headers(tree: BuildTree, target: str) -> list[str]:
+    """The files the compiler read for a target's sources in `tree` (after a build)."""
     result = subprocess.run(["ninja", "-C", str(tree.path), "-t", "deps"], capture_output=True,
                             text=True)
-    prefix = f"CMakeFiles/{tree.target(exercise)}.dir/"
-    return [path for obj, paths in parse_deps(result.stdout).items() if obj.startswith(prefix)
-            for path in paths]
+    return [path for obj, paths in parse_deps(result.stdout).items()
+            if re.match(rf"(?:.*/)?CMakeFiles/{re.escape(target)}\.dir/", obj) for path in paths]
 
 
-def refused_header(tree: BuildTree, exercise: Exercise) -> str | None:
-    """The first header an exercise may not use that its source made the compiler read."""
-    for path in read_headers(tree, exercise):
+def refused_header(tree: BuildTree, exercise: Exercise, target: str | None = None) -> str | None:
+    """The first header an exercise may not use that its source made the compiler read: in its
+    checker's target, or in `target` (module 08's trainer builds exercises into libraries of their
+    own)."""
+    for path in read_headers(tree, target or tree.target(exercise)):
         header = forbidden_header(path, str(tree.course.root), exercise.library)
         if header:
             return header

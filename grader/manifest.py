@@ -11,6 +11,11 @@ else:
 
 DEFAULT_TIMEOUT_S = 120.0
 MIN_HINTS = 2
+# What grades an exercise: its GoogleTest checker, or (module 08's train_gpt) the GPT trainer run
+# with the learner's kernels against the reference (grader/trainer.py).
+CHECKER = "checker"
+TRAINER = "trainer"
+KINDS = (CHECKER, TRAINER)
 MODULE_NAME = re.compile(r"^[0-9]{2}_[a-z0-9_]+$")
 EXERCISE_ID = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -33,19 +38,23 @@ EXERCISE_SCHEMA = {
     "case_targets": (dict, "a table of timed-case label = ratio"),
     "library": (str, "a string"),
     "stretch": ((int, float), "a number"),
+    "kind": (str, "a string"),
 }
 OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets",
-                          "library", "stretch"}
+                          "library", "stretch", "kind"}
 # The libraries an exercise may be allowed to call (`library`): linked into its learner target
 # and let through the library ban (grader/library_ban.py). NCCL: module 11's data_parallel_step
 # hands its buckets to NCCL's all-reduce, and is timed against the same all-reduce unoverlapped.
 EXERCISE_LIBRARIES = ("nccl",)
+# A trainer exercise has no checker, and none of the keys that describe one's timed cases.
+NOT_FOR_TRAINER = ("checker", "fast_solution", "case_targets", "intensity", "min_gpus", "library",
+                   "stretch")
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
-CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution", "library")
+CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution", "library", "kind")
 CMAKE_LINE = re.compile(
-    r'^(?:(id|file|checker|fast_solution|library) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
+    r'^(?:(id|file|checker|fast_solution|library|kind) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
 CMAKE_ENTRY = "[[exercise]]"
 
 
@@ -81,6 +90,13 @@ class Exercise:
     # judged case of the fast reference reaches (0: none). The target itself is what the readable
     # solution, the one the hints lead to, reaches.
     stretch: float = 0.0
+    # CHECKER, or TRAINER: graded by the GPT trainer (grader/trainer.py), `file` the learner's
+    # choice of kernels and `checker` empty.
+    kind: str = CHECKER
+
+    @property
+    def is_trainer(self) -> bool:
+        return self.kind == TRAINER
 
     @property
     def key(self) -> str:
@@ -156,9 +172,13 @@ def _schema_problems(where: str, table: dict, schema: dict, optional: set) -> li
 
 
 def _exercise_problems(where: str, entry: dict) -> list[str]:
+    if entry.get("kind") == TRAINER:
+        return _trainer_problems(where, entry)
     problems = _schema_problems(where, entry, EXERCISE_SCHEMA, OPTIONAL_EXERCISE_KEYS)
     if problems:
         return problems
+    if entry.get("kind", CHECKER) not in KINDS:
+        problems.append(f"{where}: 'kind' is one of {', '.join(KINDS)}")
     if not EXERCISE_ID.match(entry["id"]):
         problems.append(f"{where}: the id must be snake_case")
     hints = entry["hints"]
@@ -184,6 +204,29 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'fast_solution' names a file of solutions/<module>/, beside "
                         f"the readable solution and with its ending (e.g. {entry['id']}_fast"
                         f"{Path(entry['file']).suffix})")
+    return problems
+
+
+def _trainer_problems(where: str, entry: dict) -> list[str]:
+    """A trainer exercise: the checker's keys absent, its file the learner's choice of kernels
+    (a .toml), the rest as for any exercise."""
+    problems = _schema_problems(where, entry, EXERCISE_SCHEMA,
+                                OPTIONAL_EXERCISE_KEYS | set(NOT_FOR_TRAINER))
+    problems += [f"{where}: a trainer exercise has no '{key}' (the trainer grades it)"
+                 for key in NOT_FOR_TRAINER if key in entry]
+    if problems:
+        return problems
+    if not EXERCISE_ID.match(entry["id"]):
+        problems.append(f"{where}: the id must be snake_case")
+    if not entry["file"].endswith(".toml"):
+        problems.append(f"{where}: a trainer exercise's file is the learner's choice of kernels, "
+                        "a .toml file")
+    if len(entry["hints"]) < MIN_HINTS or not all(isinstance(h, str) and h for h in entry["hints"]):
+        problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
+    if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:
+        problems.append(f"{where}: min_sm and target must be >= 0, timeout_s > 0")
+    if (entry["metric"] == "") != (entry["baseline"] == ""):
+        problems.append(f"{where}: 'metric' and 'baseline' go together (both set or both empty)")
     return problems
 
 
@@ -262,7 +305,7 @@ def _module(name: str, data: dict) -> Module:
             id=entry["id"],
             title=entry["title"],
             file=entry["file"],
-            checker=entry["checker"],
+            checker=entry.get("checker", ""),
             min_sm=entry["min_sm"],
             metric=entry["metric"],
             baseline=entry["baseline"],
@@ -276,6 +319,7 @@ def _module(name: str, data: dict) -> Module:
                                for label, ratio in entry.get("case_targets", {}).items()),
             library=entry.get("library", ""),
             stretch=float(entry.get("stretch", 0)),
+            kind=entry.get("kind", CHECKER),
         )
         for entry in data["exercise"]
     )

@@ -20,7 +20,8 @@ MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
 # timeout_s in the exercise's manifest entry, which the mutant's run uses.
 EXPECTABLE = (FAIL, CRASH, TIMEOUT)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
-OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "gpu_only": str}
+OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "gpu_only": str, "file": str,
+                        "kernels": dict}
 LOCATION = re.compile(r"^\S+:\d+$")
 
 
@@ -43,10 +44,16 @@ class Mutant:
     # Why only a GPU catches it (the CPU emulator runs threads in a fixed order, has 512 MB and
     # skips the timed cases): "a race", "a case past 2^31 elements", "a timed case".
     gpu_only: str = ""
+    # The file it goes into, relative to solutions/, where it is not the exercise's own solution:
+    # a trainer exercise's planted bugs go into the kernels it plugs in (04_sgemm/...).
+    path: str = ""
+    # A trainer exercise's: the ops its run pins, as solutions/<module>/kernels.toml would
+    # (op, exercise), so that the kernel with the bug is the one that runs.
+    kernels: tuple[tuple[str, str], ...] = ()
 
     @property
     def needs_gpu(self) -> bool:
-        return self.fast or self.memcheck or bool(self.gpu_only)
+        return self.fast or self.memcheck or bool(self.gpu_only) or self.exercise.is_trainer
 
     @property
     def label(self) -> str:
@@ -55,8 +62,11 @@ class Mutant:
 
     @property
     def file(self) -> str:
-        """The solution file it goes into, relative to solutions/<module>/."""
-        return self.exercise.fast_solution if self.fast else self.exercise.file
+        """The solution file it goes into, relative to solutions/."""
+        if self.path:
+            return self.path
+        own = self.exercise.fast_solution if self.fast else self.exercise.file
+        return f"{self.exercise.module}/{own}"
 
 
 @dataclass(frozen=True)
@@ -108,11 +118,17 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
         elif entry.get("fast") and not exercises_by_id[entry["exercise"]].fast_solution:
             problems.append(f"{where}: fast = true, but '{entry['exercise']}' has no "
                             "fast_solution in its manifest")
+        elif "kernels" in entry and not exercises_by_id[entry["exercise"]].is_trainer:
+            problems.append(f"{where}: kernels pins the ops of a trainer exercise's run, and "
+                            f"'{entry['exercise']}' is not one")
+        elif not all(isinstance(value, str) for value in entry.get("kernels", {}).values()):
+            problems.append(f"{where}: kernels maps ops to exercises (\"04_sgemm/sgemm_smem\")")
         else:
             mutants.append(Mutant(exercises_by_id[entry["exercise"]], entry["name"],
                                   *entry["replace"], entry["expect"], entry["message"],
                                   entry.get("fast", False), entry.get("memcheck", False),
-                                  entry.get("gpu_only", "")))
+                                  entry.get("gpu_only", ""), entry.get("file", ""),
+                                  tuple(entry.get("kernels", {}).items())))
     return mutants, problems
 
 
@@ -165,6 +181,32 @@ def mutated(path: Path, mutant: Mutant):
         path.write_text(original, encoding="utf-8")
 
 
+def pin_kernels(text: str, kernels: tuple[tuple[str, str], ...]) -> str:
+    """A kernels.toml's text with each op of `kernels` set to its exercise."""
+    for op, exercise in kernels:
+        line = re.compile(rf'^(\s*{re.escape(op)}\s*=\s*)"[^"\n]*"', re.M)
+        if len(line.findall(text)) != 1:
+            raise BrokenMutant(f"kernels: the op {op} is not one line `{op} = \"...\"` of the "
+                               "solution's kernels.toml")
+        text = line.sub(lambda match: f'{match[1]}"{exercise}"', text)
+    return text
+
+
+@contextmanager
+def pinned(sources: Path, mutant: Mutant):
+    """The solutions' kernels.toml (in the scratch copy) pins the mutant's ops inside the block."""
+    if not mutant.kernels:
+        yield
+        return
+    path = sources / mutant.exercise.module / mutant.exercise.file
+    original = path.read_text(encoding="utf-8")
+    path.write_text(pin_kernels(original, mutant.kernels), encoding="utf-8")
+    try:
+        yield
+    finally:
+        path.write_text(original, encoding="utf-8")
+
+
 def run_mutants(course: Course, mutants: list[Mutant], log: Log,
                 variant: str = SOLUTION) -> list[MutantOutcome]:
     """Builds each mutant from a scratch copy of solutions/ and checks that it is caught, on the
@@ -200,9 +242,9 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
 
 def _run_one(tree: BuildTree, sources: Path, mutant: Mutant, log: Log) -> MutantOutcome:
     expected = f"{mutant.expect}: {mutant.message}"
-    path = sources / mutant.exercise.module / mutant.file
+    path = sources / mutant.file
     try:
-        with mutated(path, mutant):
+        with mutated(path, mutant), pinned(sources, mutant):
             [result] = grade(tree, [mutant.exercise], log)
             status, text = result.status, "\n".join(result.outcome.detail)
             if mutant.memcheck and status == PASS:

@@ -1,5 +1,6 @@
 """Running one checker executable: in its own process group, with a timeout, its output kept to a
-bounded head and tail, and its report read from the channel of common/src/report_channel.h."""
+bounded head and tail, and its report read from the channel of common/src/report_channel.h. The
+GPT trainer (module 08's train_gpt) runs the same way, without a report."""
 import json
 import os
 import secrets
@@ -10,6 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from grader.errors import UserError
 
@@ -59,31 +61,61 @@ def run_checker(exe: Path, cwd: Path, timeout_s: float, extra_args: tuple[str, .
                                 "changed while the grader ran? run it again)") from None
         finally:
             os.close(report_fd)
-        output = BoundedOutput()
-        with process:
-            try:
-                timed_out = not _read_until_exit(process, output, started + timeout_s)
-            finally:
-                # Every way out (a timeout, Ctrl-C, SIGTERM) ends the whole group.
-                stop_group(process)
-            duration_s = time.monotonic() - started
-            _drain(process, output)
+        returncode, timed_out, output, duration_s = _follow(process, started, timeout_s)
         report, forged = _read_report(report_path, nonce)
-        return CheckerRun(returncode=process.returncode, timed_out=timed_out, report=report,
+        return CheckerRun(returncode=returncode, timed_out=timed_out, report=report,
                           output=output.text(), duration_s=duration_s, forged=forged,
                           cut_bytes=output.cut_bytes)
+
+
+def run_program(command: list[str], cwd: Path, timeout_s: float,
+                listener: Callable[[bytes], None] | None = None) -> CheckerRun:
+    """Runs a program that is not a checker (the GPT trainer) as a checker runs: its own process
+    group, the timeout, the output bounded; no report (report None). `listener` sees the output
+    as it comes (a progress bar)."""
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    except OSError as error:
+        raise UserError(f"cannot run {command[0]}: {error.strerror}") from None
+    returncode, timed_out, output, duration_s = _follow(process, started, timeout_s, listener)
+    return CheckerRun(returncode=returncode, timed_out=timed_out, report=None,
+                      output=output.text(), duration_s=duration_s, cut_bytes=output.cut_bytes)
+
+
+def _follow(process: subprocess.Popen, started: float, timeout_s: float,
+            listener: Callable[[bytes], None] | None = None
+            ) -> tuple[int, bool, "BoundedOutput", float]:
+    """Reads the process's output until it exits or the deadline passes, then ends its group:
+    the exit status, whether it timed out, the output, the seconds it ran."""
+    output = BoundedOutput(listener=listener)
+    with process:
+        try:
+            timed_out = not _read_until_exit(process, output, started + timeout_s)
+        finally:
+            # Every way out (a timeout, Ctrl-C, SIGTERM) ends the whole group.
+            stop_group(process)
+        duration_s = time.monotonic() - started
+        _drain(process, output)
+    return process.returncode, timed_out, output, duration_s
 
 
 class BoundedOutput:
     """The first and the last KEPT_OUTPUT_BYTES of a stream, and how much was between them."""
 
-    def __init__(self, kept: int = KEPT_OUTPUT_BYTES):
+    def __init__(self, kept: int = KEPT_OUTPUT_BYTES,
+                 listener: Callable[[bytes], None] | None = None):
         self.kept = kept
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.listener = listener
 
     def add(self, chunk: bytes) -> None:
+        if self.listener:
+            self.listener(chunk)
         self.total += len(chunk)
         room = self.kept - len(self.head)
         if room > 0:

@@ -1,9 +1,14 @@
 """The commands of the daily loop beyond run and hint: watch, profile, sanitize, doctor (learners),
-compare and report (learners and instructors). cli.py adds them to the `grader` group."""
+compare and report (learners and instructors), and module 08's full run, train. cli.py adds them to
+the `grader` group."""
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -13,6 +18,7 @@ from grader.build import BuildTree
 from grader.compare import (compare as compare_results, gradebook, gradebook_csv,
                             gradebook_markdown, read_results, solution_entries)
 from grader.course import ALL, Course, find_root, load_course, select, select_one
+from grader.manifest import Exercise
 from grader.errors import UserError
 from grader.grading import grade
 from grader.profile import profile as run_profile
@@ -23,6 +29,7 @@ from grader.results import LEARNER, SOLUTION
 from grader.sanitize import TOOLS, describe, sanitize as run_sanitize, source_locator
 from grader.state import load_results, record_results
 from grader.tools import gpu_visible, require_build_tools
+from grader.trainer import FULL_RUN, full_run
 from grader.watch import watch as watch_loop
 
 REPORT_DIR = "build/report"
@@ -45,6 +52,17 @@ def _variant(solutions: bool) -> str:
 def _require_gpu(command: str) -> None:
     if not gpu_visible():
         raise UserError(NEEDS_GPU.format(command=command))
+
+
+def _kernel_exercise(course: Course, selector: str, command: str) -> "Exercise":
+    """One exercise with a checker: the trainer exercise (08/train_gpt) runs a whole program."""
+    chosen = select_one(course, selector)
+    if chosen.is_trainer:
+        raise UserError(f"{chosen.key} runs the whole GPT trainer, not one kernel's checker: "
+                        f"{command} an exercise (e.g. `grader {command} 06/layernorm`); the "
+                        "trainer's time per op: `train_gpt --kernels learner --profile` "
+                        "(module 08's README, section 5)")
+    return chosen
 
 
 SOLUTIONS_OPTION = click.option("--solutions", is_flag=True,
@@ -104,7 +122,7 @@ def profile(context: click.Context, exercise: str, solutions: bool, case_label: 
     for the Nsight Compute GUI.
     """
     course = _course(context)
-    chosen = select_one(course, exercise)
+    chosen = _kernel_exercise(course, exercise, "profile")
     _require_gpu("grader profile")
     require_build_tools()
     run = run_profile(course, chosen, _variant(solutions), _log, case_label, kernel, launches)
@@ -132,7 +150,7 @@ def sanitize(context: click.Context, exercise: str, solutions: bool,
     """Run EXERCISE's correctness cases under compute-sanitizer: memcheck, racecheck, synccheck,
     initcheck. Exit status 0 when no tool finds anything."""
     course = _course(context)
-    chosen = select_one(course, exercise)
+    chosen = _kernel_exercise(course, exercise, "sanitize")
     _require_gpu("grader sanitize")
     require_build_tools()
     run = run_sanitize(course, chosen, _variant(solutions), tools or TOOLS, _log)
@@ -281,4 +299,65 @@ def _gpu_facts(course: Course) -> dict[str, str] | None:
         return None
 
 
-TOOL_COMMANDS = (watch, profile, sanitize, doctor, compare, report)
+# A line of the trainer's per step: "step    12/1000 | loss ...".
+STEP_LINE = re.compile(r"^step\s+(\d+)/(\d+) \|")
+
+
+@click.command()
+@click.option("--model", "-m", default=FULL_RUN.model, show_default=True,
+              help="The preset to train: tiny, small, gpt2-124m.")
+@click.option("--steps", type=click.IntRange(min=1), default=FULL_RUN.steps, show_default=True,
+              help="Optimizer steps.")
+@click.option("--batch", "-b", type=click.IntRange(min=1), default=FULL_RUN.batch,
+              show_default=True, help="Sequences per step.")
+@click.option("--seq-len", "-t", type=click.IntRange(min=1), default=FULL_RUN.seq_len,
+              show_default=True, help="Tokens per sequence (at most the model's context).")
+@SOLUTIONS_OPTION
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out"),
+              show_default=True, help="Where the runs go: <out>/<model>-learner (loss.csv, "
+              "model.ckpt, loss.png) and <out>/<model>-reference.")
+@click.option("--fresh-reference", is_flag=True,
+              help="Run the reference again, even where <out> has its run of these settings.")
+@click.pass_context
+def train(context: click.Context, model: str, steps: int, batch: int, seq_len: int,
+          solutions: bool, out: Path, fresh_reference: bool) -> None:
+    """The full run: train a GPT with your kernels (as modules/08_training/kernels.toml picks
+    them) and with the reference, from the same weights and data.
+
+    Prints which op ran whose kernel, the gap between the two loss curves, the validation losses,
+    tokens/s and a sample; writes the plot of both curves (PNG, with matplotlib) and a checkpoint
+    you can generate from with your kernels. Exit status 0 when the curves overlap.
+    """
+    course = _course(context)
+    _require_gpu("grader train")
+    require_build_tools()
+    settings = replace(FULL_RUN, model=model, steps=steps, batch=batch, seq_len=seq_len,
+                       val_every=max(1, steps // 4), check_every=steps)
+    tree = BuildTree.standard(course, _variant(solutions))
+    stored = load_results(course.root).get(LEARNER, {})
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=Console(stderr=True)) as bar:
+
+        def progress(title: str):
+            task = bar.add_task(title, total=steps)
+            pending = bytearray()
+
+            def listener(chunk: bytes) -> None:
+                pending.extend(chunk)
+                *lines, rest = pending.split(b"\n")
+                pending[:] = rest
+                for line in lines:
+                    if found := STEP_LINE.match(line.decode(errors="replace")):
+                        bar.update(task, completed=int(found[1]))
+            return listener
+
+        report = full_run(tree, settings, out if out.is_absolute() else course.root / out, _log,
+                          progress, stored, fresh_reference)
+    for line in report.lines:
+        click.echo(line)
+    if report.sample:
+        click.echo(f"--- sample ---\n{report.sample}\n---")
+    raise SystemExit(0 if report.passed else 1)
+
+
+TOOL_COMMANDS = (watch, profile, sanitize, doctor, compare, report, train)

@@ -41,6 +41,7 @@
 #include "flash_tc.h"        // module 07: attention forward, bf16 (flash_tc_fast.cu)
 #include "layernorm.h"       // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
+#include "ops_reference.h"
 #include "softmax_causal.h"  // module 06: causal softmax, fp32 (softmax_causal.cu)
 
 namespace trainer {
@@ -1155,11 +1156,11 @@ const Ops<Act> kReference = {
     adamw<Act>,
 };
 
-// ---- The same ops, each call timed alone with CUDA events (--kernels profile) ----
+// ---- Any table's ops, each call timed alone with CUDA events (--kernels profile, --profile) ----
 //
 // Where a step's time goes, op by op: every call is followed by a synchronization, so the step is
-// slower than with `reference`, but each op's time is its own. The table is printed at exit,
-// without the first step (forget_op_times). For each kernel's time, dev/kernel_times.py.
+// slower than without it, but each op's time is its own. The table is printed at exit, without
+// the first step (forget_op_times). For each kernel's time, dev/kernel_times.py.
 
 const char* const kOpNames[] = {"embedding_forward",  "embedding_backward", "layernorm_forward",
                                 "layernorm_backward", "linear_forward",     "linear_backward",
@@ -1168,6 +1169,7 @@ const char* const kOpNames[] = {"embedding_forward",  "embedding_backward", "lay
 constexpr int kOps = sizeof kOpNames / sizeof kOpNames[0];
 
 struct OpTimes {
+    std::string table;  // the name of the table timed
     double ms[kOps] = {};
     long calls[kOps] = {};
     void clear() {
@@ -1178,7 +1180,8 @@ struct OpTimes {
         double total = 0.0;
         for (double t : ms) total += t;
         if (total == 0.0) return;
-        std::printf("GPU time per op (--kernels profile), %.1f ms in all:\n", total);
+        std::printf("GPU time per op (%s, each op timed alone), %.1f ms in all:\n", table.c_str(),
+                    total);
         for (int i = 0; i < kOps; ++i)
             if (calls[i])
                 std::printf("  %-20s %9.1f ms %5.1f%% %7ld calls\n", kOpNames[i], ms[i],
@@ -1187,10 +1190,14 @@ struct OpTimes {
 };
 OpTimes op_times;
 
-template <int Index, auto Function>
+// The table whose ops the profile times: the reference's, unless profiled_table named another.
+template <typename Act>
+const Ops<Act>* timed_table = &kReference<Act>;
+
+template <int Index, typename Act, auto Entry>
 struct Timed;
-template <int Index, typename... Args, void (*Function)(Args...)>
-struct Timed<Index, Function> {
+template <int Index, typename Act, typename... Args, void (*Ops<Act>::*Entry)(Args...)>
+struct Timed<Index, Act, Entry> {
     static void call(Args... args) {
         static cudaEvent_t start = nullptr, stop = nullptr;
         if (!start) {
@@ -1198,7 +1205,7 @@ struct Timed<Index, Function> {
             CUDA_CHECK(cudaEventCreate(&stop));
         }
         CUDA_CHECK(cudaEventRecord(start));
-        Function(args...);
+        (timed_table<Act>->*Entry)(args...);
         CUDA_CHECK(cudaEventRecord(stop));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float ms = 0.0f;
@@ -1209,21 +1216,26 @@ struct Timed<Index, Function> {
 };
 
 template <typename Act>
-const Ops<Act> kProfile = {
+bool timed_keeps_scores(int head_size) {  // a question, not an op: not timed
+    return timed_table<Act>->attention_keeps_scores(head_size);
+}
+
+template <typename Act>
+Ops<Act> kProfile = {
     "profile (reference, each op timed)",
-    Timed<0, embedding_forward<Act>>::call,
-    Timed<1, embedding_backward<Act>>::call,
-    Timed<2, layernorm_forward<Act>>::call,
-    Timed<3, layernorm_backward<Act>>::call,
-    Timed<4, linear_forward<Act>>::call,
-    Timed<5, linear_backward<Act>>::call,
-    Timed<6, attention_forward<Act>>::call,
-    Timed<7, attention_backward<Act>>::call,
-    attention_keeps_scores<Act>,  // a question, not an op: not timed
-    Timed<8, residual_forward<Act>>::call,
-    Timed<9, cross_entropy<Act>>::call,
-    Timed<10, sum_of_squares>::call,
-    Timed<11, adamw<Act>>::call,
+    Timed<0, Act, &Ops<Act>::embedding_forward>::call,
+    Timed<1, Act, &Ops<Act>::embedding_backward>::call,
+    Timed<2, Act, &Ops<Act>::layernorm_forward>::call,
+    Timed<3, Act, &Ops<Act>::layernorm_backward>::call,
+    Timed<4, Act, &Ops<Act>::linear_forward>::call,
+    Timed<5, Act, &Ops<Act>::linear_backward>::call,
+    Timed<6, Act, &Ops<Act>::attention_forward>::call,
+    Timed<7, Act, &Ops<Act>::attention_backward>::call,
+    timed_keeps_scores<Act>,
+    Timed<8, Act, &Ops<Act>::residual_forward>::call,
+    Timed<9, Act, &Ops<Act>::cross_entropy>::call,
+    Timed<10, Act, &Ops<Act>::sum_of_squares>::call,
+    Timed<11, Act, &Ops<Act>::adamw>::call,
 };
 
 }  // namespace
@@ -1231,13 +1243,57 @@ const Ops<Act> kProfile = {
 template <typename Act>
 const Ops<Act>* ops_table(const std::string& name) {
     if (name == "reference") return &kReference<Act>;
-    if (name == "profile") return &kProfile<Act>;
-    return nullptr;
+    if (name == "profile") return profiled_table(kReference<Act>);
+    return exercise_table<Act>(name);  // module 08: "learner", "solutions" (ops_learner.cu)
 }
 template const Ops<float>* ops_table<float>(const std::string&);
 template const Ops<bf16>* ops_table<bf16>(const std::string&);
 
-const char* ops_table_names() { return "reference, profile"; }
+const char* ops_table_names() { return "reference, profile, learner, solutions"; }
+
+template <typename Act>
+const Ops<Act>* profiled_table(const Ops<Act>& table) {
+    timed_table<Act> = &table;
+    static std::string name;
+    name = &table == &kReference<Act> ? "profile (reference, each op timed)"
+                                      : std::string(table.name) + ", each op timed";
+    op_times.table = &table == &kReference<Act> ? "--kernels profile" : table.name;
+    kProfile<Act>.name = name.c_str();
+    return &kProfile<Act>;
+}
+template const Ops<float>* profiled_table(const Ops<float>&);
+template const Ops<bf16>* profiled_table(const Ops<bf16>&);
+
+// ---- The reference's pieces that the exercise tables reuse (ops_reference.h) ----
+
+template <typename To, typename From>
+void to_heads(To* heads, const From* packed, int count, int B, int T, int NH, int HS) {
+    rearrange_heads<true>(heads, packed, count, B, T, NH, HS);
+}
+template <typename To, typename From>
+void from_heads(To* packed, const From* heads, int count, int B, int T, int NH, int HS) {
+    rearrange_heads<false>(packed, heads, count, B, T, NH, HS);
+}
+template <typename Act>
+void gelu_forward_reference(Act* out, const Act* inp, long long n) {
+    elementwise<Act, GeluForward>(out, inp, nullptr, n);
+}
+template <typename Act>
+void gelu_backward_reference(Act* dinp, const Act* inp, const Act* dout, long long n) {
+    elementwise<Act, GeluBackward>(dinp, inp, dout, n);
+}
+#define TRAINER_HEADS(To, From)                                                  \
+    template void to_heads<To, From>(To*, const From*, int, int, int, int, int); \
+    template void from_heads<To, From>(To*, const From*, int, int, int, int, int);
+TRAINER_HEADS(float, float)
+TRAINER_HEADS(float, bf16)
+TRAINER_HEADS(bf16, float)
+TRAINER_HEADS(bf16, bf16)
+#undef TRAINER_HEADS
+template void gelu_forward_reference<float>(float*, const float*, long long);
+template void gelu_forward_reference<bf16>(bf16*, const bf16*, long long);
+template void gelu_backward_reference<float>(float*, const float*, const float*, long long);
+template void gelu_backward_reference<bf16>(bf16*, const bf16*, const bf16*, long long);
 
 void allow_cudnn_attention(bool allowed) { cudnn_attention_allowed = allowed; }
 

@@ -45,7 +45,10 @@ struct Options {
     std::string model = "tiny";
     std::string dtype;  // bf16 (default where the GPU has it) or fp32
     std::string kernels = "reference";
-    std::string attention = "cudnn";             // cudnn (where the build has it) or flash
+    std::string kernel_choices;       // module 08: which exercise runs each op (ops.h)
+    int check_ops = 0;                // module 08: compare each exercise's op with the reference
+    bool profile = false;             // time each op of the table alone
+    std::string attention = "cudnn";  // cudnn (where the build has it) or flash
     int batch = 4, seq_len = 0, grad_accum = 1;  // seq_len 0: the model's context
     int steps = 100, warmup = -1;                // warmup -1: a tenth of the steps
     float lr = 6e-4f, min_lr_fraction = 0.1f, weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f;
@@ -77,7 +80,14 @@ data
 model
   -m, --model NAME      tiny, small, gpt2-124m                              [tiny]
   --dtype bf16|fp32     mixed precision (fp32 master weights) or all-fp32   [bf16; fp32 before sm_80]
-  --kernels NAME        the table of ops (trainer/ops.h)                    [reference]
+  --kernels NAME        the table of ops (trainer/ops.h): reference, profile [reference]
+                        (the reference, each op timed), learner (your exercises' kernels, module
+                        08), solutions (the course's readable solutions in their place)
+  --kernel-choices FILE learner/solutions: which exercise runs each op, lines "op exercise"
+                        [written by grader run 08/train_gpt: trainer_kernels/<variant>.txt]
+  --check-ops N         learner/solutions: run the reference beside every op that runs an
+                        exercise, on step 0 and every N steps, and stop where they differ [0: off]
+  --profile             time each op of the table alone (GPU time per op at exit)
   --attention NAME      bf16 attention: cudnn (cuDNN's fused attention,       [cudnn]
                         where the build has cuDNN) or flash (module 07's kernels)
 batch
@@ -136,6 +146,10 @@ Options parse_options(int argc, char** argv) {
             o.save = false;
             continue;
         }
+        if (flag == "--profile") {
+            o.profile = true;
+            continue;
+        }
         if (i + 1 >= argc) usage_error(flag + " needs a value");
         const std::string value = argv[++i];
         auto number = [&](auto* target) {
@@ -167,6 +181,10 @@ Options parse_options(int argc, char** argv) {
             o.kernels = value;
         else if (flag == "--attention")
             o.attention = value;
+        else if (flag == "--kernel-choices")
+            o.kernel_choices = value;
+        else if (flag == "--check-ops")
+            number(&o.check_ops);
         else if (flag == "-b")
             number(&o.batch);
         else if (flag == "-t")
@@ -234,6 +252,7 @@ Options parse_options(int argc, char** argv) {
         usage_error("--zero " + std::to_string(o.zero) + ": 0 or 1 (ZeRO-1 shards the optimizer)");
     if (o.bucket_mb < 0) usage_error("--bucket-mb must be 0 or more");
     allow_cudnn_attention(o.attention == "cudnn");
+    configure_exercise_tables({o.kernel_choices, o.check_ops, o.steps});
     return o;
 }
 
@@ -429,6 +448,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         throw std::invalid_argument("--kernels " + o.kernels +
                                     ": no such table of ops (this build has: " + ops_table_names() +
                                     ")");
+    if (o.profile) ops = profiled_table(*ops);
     if (o.generate) {
         Gpt<Act> model(config, *ops, 1, config.max_seq_len);
         model.set_params(resumed->params);

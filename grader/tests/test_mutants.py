@@ -138,7 +138,7 @@ def test_a_fast_mutant_needs_a_fast_solution(course):
         '[[mutant]]\nexercise = "todo"\nname = "a"\nfast = true\nreplace = ["x", "y"]\n'
         'expect = "fail"\nmessage = ""\n[[mutant]]\nexercise = "passes"\nname = "b"\n'
         'fast = "yes"\nreplace = ["x", "y"]\nexpect = "fail"\nmessage = ""\n[[mutant]]\n'
-        'exercise = "passes"\nname = "c"\nfast = true\nfile = "x"\nreplace = ["x", "y"]\n'
+        'exercise = "passes"\nname = "c"\nfast = true\nsolution = "x"\nreplace = ["x", "y"]\n'
         'expect = "fail"\nmessage = ""\n')
     mutants, problems = read_mutants(load_course(course), load_course(course).exercises)
     assert mutants == []
@@ -146,7 +146,7 @@ def test_a_fast_mutant_needs_a_fast_solution(course):
         "solutions/01_fixture/mutants.toml: mutant 'a': fast = true, but 'todo' has no "
         "fast_solution in its manifest",
         "solutions/01_fixture/mutants.toml: mutant 'b': fast must be true or false",
-        "solutions/01_fixture/mutants.toml: mutant 'c': unknown key file"]
+        "solutions/01_fixture/mutants.toml: mutant 'c': unknown key solution"]
 
 
 def test_a_planted_bug_is_caught_only_by_what_the_learner_is_shown(course, monkeypatch, tmp_path):

@@ -16,13 +16,7 @@
 namespace trainer {
 namespace {
 
-bool gpu_present(int min_major = 0) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
-    cudaDeviceProp properties{};
-    cudaGetDeviceProperties(&properties, 0);
-    return properties.major >= min_major;
-}
+using testing::gpu_present;
 
 constexpr int kB = 3, kT = 29;  // T below the context and not a multiple of anything
 

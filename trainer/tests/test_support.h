@@ -2,12 +2,24 @@
 // initialization plus noise, so that no gradient is zero or symmetric by accident) and a batch.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <vector>
 
 #include "gpt.h"
 
 namespace trainer::testing {
+
+// Whether a CUDA GPU of at least this compute capability (major) is here; the GPU tests skip
+// without one.
+inline bool gpu_present(int min_major = 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+    cudaDeviceProp properties{};
+    cudaGetDeviceProperties(&properties, 0);
+    return properties.major >= min_major;
+}
 
 constexpr int kVocab = 67;  // padded to 128: the padding columns are exercised too
 

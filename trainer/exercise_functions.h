@@ -1,0 +1,78 @@
+// The contract functions of the exercises that the trainer's exercise tables can call (modules 01
+// and 04-08, listed in kernel_ops.toml), each with the key it is found under in an exercise's
+// kernel library: kernel_entry.cpp, compiled into every library, answers the key with the
+// function's address where the library's exercise defines it, else null. ops_learner.cu asks for
+// the keys and casts the addresses back to these types.
+//
+// The contracts come from the modules' headers, so a change of a contract shows here. Overloads
+// (module 08's float and bf16 versions) are named by their type.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "01_basics/vector_add.h"
+#include "04_sgemm/sgemm.h"
+#include "05_gemm_advanced/gemm_bf16.h"
+#include "06_softmax_norms/cross_entropy.h"
+#include "06_softmax_norms/layernorm.h"
+#include "06_softmax_norms/layernorm_backward.h"
+#include "07_attention/attention_naive.h"
+#include "07_attention/flash_backward.h"
+#include "07_attention/flash_causal.h"
+#include "07_attention/flash_forward.h"
+#include "07_attention/flash_tc.h"
+#include "08_training/adamw.h"
+#include "08_training/embedding.h"
+#include "08_training/gelu.h"
+#include "08_training/linear_backward.h"
+
+namespace trainer::exercise {
+
+// The types of the overloaded functions of module 08, per activation type.
+template <typename Act>
+using GeluForward = void(Act* out, const Act* inp, long long n);
+template <typename Act>
+using GeluBackward = void(Act* dinp, const Act* inp, const Act* dout, long long n);
+template <typename Act>
+using EmbeddingForward = void(Act* out, const int* tokens, const Act* wte, const Act* wpe, int B,
+                              int T, int C);
+template <typename Act>
+using EmbeddingBackward = void(float* dwte, float* dwpe, const Act* dout,
+                               const ::TokenBuckets& buckets, int B, int T, int C);
+template <typename Act>
+using AdamW = void(float* master, Act* working, const float* grads, float* m, float* v, long long n,
+                   float lr, float beta1, float beta2, float beta1_correction,
+                   float beta2_correction, float eps, float weight_decay, float grad_scale);
+
+using bf16 = __nv_bfloat16;
+
+}  // namespace trainer::exercise
+
+// X(key, function, type) for every contract function above: the key names the function (and,
+// for an overload, its activation type), `type` is its function type.
+#define TRAINER_EXERCISE_FUNCTIONS(X)                                                              \
+    X("vector_add", vector_add, decltype(::vector_add))                                            \
+    X("sgemm", sgemm, decltype(::sgemm))                                                           \
+    X("gemm_bf16", gemm_bf16, decltype(::gemm_bf16))                                               \
+    X("layernorm", layernorm, decltype(::layernorm))                                               \
+    X("layernorm_backward", layernorm_backward, decltype(::layernorm_backward))                    \
+    X("cross_entropy", cross_entropy, decltype(::cross_entropy))                                   \
+    X("attention_naive", attention_naive, decltype(::attention_naive))                             \
+    X("flash_forward", flash_forward, decltype(::flash_forward))                                   \
+    X("flash_causal", flash_causal, decltype(::flash_causal))                                      \
+    X("flash_tc", flash_tc, decltype(::flash_tc))                                                  \
+    X("flash_backward", flash_backward, decltype(::flash_backward))                                \
+    X("linear_backward", linear_backward, decltype(::linear_backward))                             \
+    X("gelu_forward float", gelu_forward, trainer::exercise::GeluForward<float>)                   \
+    X("gelu_forward bf16", gelu_forward, trainer::exercise::GeluForward<trainer::exercise::bf16>)  \
+    X("gelu_backward float", gelu_backward, trainer::exercise::GeluBackward<float>)                \
+    X("gelu_backward bf16", gelu_backward,                                                         \
+      trainer::exercise::GeluBackward<trainer::exercise::bf16>)                                    \
+    X("embedding_forward float", embedding_forward, trainer::exercise::EmbeddingForward<float>)    \
+    X("embedding_forward bf16", embedding_forward,                                                 \
+      trainer::exercise::EmbeddingForward<trainer::exercise::bf16>)                                \
+    X("embedding_backward float", embedding_backward, trainer::exercise::EmbeddingBackward<float>) \
+    X("embedding_backward bf16", embedding_backward,                                               \
+      trainer::exercise::EmbeddingBackward<trainer::exercise::bf16>)                               \
+    X("adamw float", adamw, trainer::exercise::AdamW<float>)                                       \
+    X("adamw bf16", adamw, trainer::exercise::AdamW<trainer::exercise::bf16>)

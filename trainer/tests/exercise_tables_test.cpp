@@ -1,0 +1,126 @@
+// Module 08's exercise tables without a GPU: an exercise's library as trainer/CMakeLists.txt
+// builds it (its contract function found by key, every other key null, its own symbols kept
+// inside, an untouched stub's COURSE_TODO reaching the trainer as an error it can catch), and the
+// choices file read by the table (a line that names no op, a bf16 kernel in an fp32 run, the
+// table printed with what it does around each kernel). On the learner's stubs of 06 layernorm
+// and 07 flash_tc; skipped in a build without the learner variant.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "ops.h"
+
+namespace trainer {
+namespace {
+
+#ifndef TRAINER_TEST_LIBRARIES
+#define TRAINER_TEST_LIBRARIES 0
+#endif
+
+#define SKIP_WITHOUT_LIBRARIES()                                                  \
+    if (!TRAINER_TEST_LIBRARIES)                                                  \
+    GTEST_SKIP() << "this build has no learner variant (COURSE_VARIANTS), so no " \
+                    "learner kernel libraries"
+
+using Entry = void* (*)(const char*);
+
+Entry entry_of(const char* library) {
+    void* handle = dlopen((std::string(TRAINER_BUILD_DIR "/trainer_kernels/") + library).c_str(),
+                          RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw std::runtime_error(dlerror());
+    return reinterpret_cast<Entry>(dlsym(handle, "trainer_exercise_function"));
+}
+
+// A choices file for the "learner" table; returns its path.
+std::string choices(const std::string& name, const std::string& text) {
+    const std::string path = ::testing::TempDir() + name;
+    std::ofstream(path) << text;
+    return path;
+}
+
+std::string table_error(const std::string& path) {
+    configure_exercise_tables({path, 0, 0});
+    try {
+        exercise_table<float>("learner");
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(ExerciseLibrary, AnswersItsContractAndNothingElse) {
+    SKIP_WITHOUT_LIBRARIES();
+    const Entry entry = entry_of("06_softmax_norms.layernorm.learner.so");
+    ASSERT_NE(entry, nullptr);
+    EXPECT_NE(entry("layernorm"), nullptr);
+    EXPECT_EQ(entry("layernorm_backward"), nullptr);
+    EXPECT_EQ(entry("sgemm"), nullptr);
+    EXPECT_EQ(entry("gelu_forward float"), nullptr);
+    // Its functions are hidden: the trainer's own module 06 LayerNorm cannot meet it.
+    void* handle =
+        dlopen(TRAINER_BUILD_DIR "/trainer_kernels/06_softmax_norms.layernorm.learner.so",
+               RTLD_NOW | RTLD_LOCAL);
+    EXPECT_EQ(dlsym(handle, "_Z9layernormPKfS0_S0_PfS1_S1_ii"), nullptr);
+}
+
+TEST(ExerciseLibrary, AnUntouchedStubSaysTodoToTheTrainer) {
+    SKIP_WITHOUT_LIBRARIES();
+    const auto layernorm = reinterpret_cast<void (*)(const float*, const float*, const float*,
+                                                     float*, float*, float*, int, int)>(
+        entry_of("06_softmax_norms.layernorm.learner.so")("layernorm"));
+    try {
+        layernorm(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1);
+        FAIL() << "the stub returned";
+    } catch (const std::exception& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("[course:todo] layernorm: ", 0), 0u) << e.what();
+    }
+}
+
+TEST(ExerciseTables, AChoiceThatNamesNoOpIsOneLineWithItsPlace) {
+    SKIP_WITHOUT_LIBRARIES();
+    const std::string path = choices("bad_op.txt",
+                                     "# comment\nlayernorm 06_softmax_norms/layernorm\n"
+                                     "layer_norm 06_softmax_norms/layernorm\n");
+    const std::string error = table_error(path);
+    EXPECT_NE(error.find(path + ":3: not \"op exercise\""), std::string::npos) << error;
+}
+
+TEST(ExerciseTables, AMissingChoicesFileSaysWhoWritesIt) {
+    const std::string error = table_error(::testing::TempDir() + "no_such_choices.txt");
+    EXPECT_NE(error.find("grader run 08/train_gpt` writes it"), std::string::npos) << error;
+}
+
+TEST(ExerciseTables, ABf16KernelIsRefusedInAnFp32Run) {
+    SKIP_WITHOUT_LIBRARIES();
+    const std::string error =
+        table_error(choices("bf16_in_fp32.txt", "attention 07_attention/flash_tc\n"));
+    EXPECT_NE(error.find("attention: 07_attention/flash_tc has no kernel for this op in an fp32 "
+                         "run"),
+              std::string::npos)
+        << error;
+}
+
+// Last: the table, once loaded, stays loaded for the process.
+TEST(ExerciseTables, PrintsWhichOpRunsWhoseKernelAndWhatItDoesAroundIt) {
+    SKIP_WITHOUT_LIBRARIES();
+    configure_exercise_tables(
+        {choices("good.txt", "layernorm 06_softmax_norms/layernorm\n"), 0, 0});
+    ::testing::internal::CaptureStdout();
+    const Ops<float>* table = exercise_table<float>("learner");
+    const std::string printed = ::testing::internal::GetCapturedStdout();
+    ASSERT_NE(table, nullptr);
+    EXPECT_STREQ(table->name, "learner");
+    EXPECT_NE(printed.find("  layernorm           yours: 06_softmax_norms/layernorm | as its "
+                           "contract says"),
+              std::string::npos)
+        << printed;
+    EXPECT_NE(printed.find("  gemm                reference\n"), std::string::npos) << printed;
+    EXPECT_EQ(exercise_table<float>("no such table"), nullptr);
+}
+
+}  // namespace
+}  // namespace trainer
