@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.gradcheck import GradcheckError
 
 from grader.results import CRASH, FAIL, PASS, SKIPPED, TODO
 
@@ -243,7 +244,7 @@ def check_gradients(case: Case) -> None:
         try:
             torch.autograd.gradcheck(forward, tuple(args[i] for i in case.differentiable),
                                      eps=GRADCHECK_EPS, atol=atol, rtol=rtol)
-        except torch.autograd.gradcheck.GradcheckError as error:
+        except GradcheckError as error:
             found = re.search(r"with respect to input (\d+)", str(error))
             which = case.differentiable[int(found[1])] if found else None
             named = f"`{case.names[which]}` (input {which})" if which is not None else "an input"

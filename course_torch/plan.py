@@ -114,6 +114,13 @@ def make_plan(course: Course, variant: str, sm: int, solutions: Path | None = No
     return Plan(variant, sm, tuple(kernels), cpp, py, include_dirs, flags, tuple(notes))
 
 
+def schemas(root: Path) -> list[str]:
+    """The ops' schemas as the contract's define_course_ops passes them to m.def."""
+    text = (root / "modules" / BINDING_MODULE / f"{BINDING}.h").read_text(encoding="utf-8")
+    return ["".join(re.findall(r'"([^"]*)"', call))
+            for call in re.findall(r"m\.def\(((?:\s*\"[^\"]*\")+)\s*\);", text)]
+
+
 def missing_files(plan: Plan) -> list[Path]:
     return [path for path in (plan.binding_cpp, plan.binding_py, *(p for _, p in plan.kernels))
             if not path.is_file()]

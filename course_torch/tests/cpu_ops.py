@@ -11,7 +11,6 @@ the result as JSON: one process per run, since an op's registrations last as lon
 import importlib.util
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -19,17 +18,11 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTRACT = ROOT / "modules" / "08_training" / "torch_ops.h"
+sys.path.insert(0, str(ROOT))
+from course_torch.plan import schemas  # noqa: E402
 # The bugs a stand-in can carry: those of the C++ half and of the kernels it calls.
 BUGS = ("softmax_ignores_strides", "layernorm_backward_drops_the_mean_term")
 GELU_SCALE, GELU_CUBIC = math.sqrt(2 / math.pi), 0.044715  # 08_training/gelu.h
-
-
-def schemas() -> list[str]:
-    """torch_ops.h's schemas, as its define_course_ops passes them to m.def."""
-    text = CONTRACT.read_text(encoding="utf-8")
-    return ["".join(re.findall(r'"([^"]*)"', call))
-            for call in re.findall(r"m\.def\(((?:\s*\"[^\"]*\")+)\s*\);", text)]
 
 
 def _row_major_storage(x: torch.Tensor) -> torch.Tensor:
@@ -47,7 +40,7 @@ def define(bugs=()) -> torch.library.Library:
     if unknown:
         raise ValueError(f"unknown bugs {sorted(unknown)}")
     lib = torch.library.Library("course", "DEF")
-    for schema in schemas():
+    for schema in schemas(ROOT):
         lib.define(schema)
 
     def softmax(x):
@@ -109,7 +102,6 @@ def define(bugs=()) -> torch.library.Library:
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT))
     from course_torch import checks
 
     library = define(tuple(bug for bug in sys.argv[2:3] for bug in bug.split(",") if bug))
