@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "course/todo.h"
 #include "cross_entropy.h"
 #include "flash_backward.h"
 #include "flash_causal.h"
@@ -34,7 +35,6 @@
 #include "layernorm_backward.h"
 #include "sgemm.h"
 #include "softmax_online.h"
-#include "course/todo.h"
 #include "torch_ops.h"
 
 namespace {
@@ -43,7 +43,8 @@ using at::Tensor;
 
 // What every op asks of every tensor argument first: on a GPU, and the same one as the first.
 void check_cuda(const char* op, const char* name, const Tensor& t, const Tensor& first) {
-    TORCH_CHECK(t.is_cuda(), op, ": ", name, " is on ", t.device(), "; the op runs on CUDA tensors");
+    TORCH_CHECK(t.is_cuda(), op, ": ", name, " is on ", t.device(),
+                "; the op runs on CUDA tensors");
     TORCH_CHECK(t.device() == first.device(), op, ": ", name, " is on ", t.device(),
                 " and the first argument on ", first.device());
 }
@@ -152,8 +153,8 @@ Tensor gelu_backward_op(const Tensor& dy_in, const Tensor& x_in) {
     TORCH_CHECK(x_in.scalar_type() == at::kFloat || x_in.scalar_type() == at::kBFloat16, op,
                 ": x is ", x_in.scalar_type(), "; gelu's contract takes float32 or bfloat16");
     check_dtype(op, "dy", dy_in, x_in.scalar_type());
-    TORCH_CHECK(dy_in.sizes() == x_in.sizes(), op, ": dy must have x's shape; got ",
-                dy_in.sizes(), " and ", x_in.sizes());
+    TORCH_CHECK(dy_in.sizes() == x_in.sizes(), op, ": dy must have x's shape; got ", dy_in.sizes(),
+                " and ", x_in.sizes());
     check_stream(op);
     const c10::cuda::CUDAGuard guard(x_in.device());
     const Tensor dy = row_major(dy_in), x = row_major(x_in);
@@ -189,8 +190,8 @@ std::tuple<Tensor, Tensor> attention_op(const Tensor& q_in, const Tensor& k_in, 
 
 std::tuple<Tensor, Tensor, Tensor> attention_backward_op(const Tensor& dout_in, const Tensor& q_in,
                                                          const Tensor& k_in, const Tensor& v_in,
-                                                         const Tensor& out_in,
-                                                         const Tensor& lse_in, bool causal) {
+                                                         const Tensor& out_in, const Tensor& lse_in,
+                                                         bool causal) {
     // TODO: flash_backward reads bfloat16 Q, K, V, O, dO and float32 L, and writes float32 dQ, dK,
     //       dV: convert what differs, and return the gradients in q's dtype.
     COURSE_TODO("course::attention_backward in torch_ops.cpp");

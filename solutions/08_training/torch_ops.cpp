@@ -39,7 +39,8 @@ using at::Tensor;
 
 // What every op asks of every tensor argument first: on a GPU, and the same one as the first.
 void check_cuda(const char* op, const char* name, const Tensor& t, const Tensor& first) {
-    TORCH_CHECK(t.is_cuda(), op, ": ", name, " is on ", t.device(), "; the op runs on CUDA tensors");
+    TORCH_CHECK(t.is_cuda(), op, ": ", name, " is on ", t.device(),
+                "; the op runs on CUDA tensors");
     TORCH_CHECK(t.device() == first.device(), op, ": ", name, " is on ", t.device(),
                 " and the first argument on ", first.device());
 }
@@ -112,7 +113,8 @@ Tensor softmax(const Tensor& x_in) {
 std::tuple<Tensor, Tensor, Tensor> layernorm_op(const Tensor& x_in, const Tensor& weight_in,
                                                 const Tensor& bias_in) {
     constexpr const char* op = "course::layernorm";
-    for (const auto& [name, t] : {std::pair{"x", &x_in}, {"weight", &weight_in}, {"bias", &bias_in}}) {
+    for (const auto& [name, t] :
+         {std::pair{"x", &x_in}, {"weight", &weight_in}, {"bias", &bias_in}}) {
         check_cuda(op, name, *t, x_in);
         check_dtype(op, name, *t, at::kFloat);
     }
@@ -142,8 +144,11 @@ std::tuple<Tensor, Tensor, Tensor> layernorm_backward_op(const Tensor& dy_in, co
                                                          const Tensor& mean_in,
                                                          const Tensor& rstd_in) {
     constexpr const char* op = "course::layernorm_backward";
-    for (const auto& [name, t] : {std::pair{"dy", &dy_in}, {"x", &x_in}, {"weight", &weight_in},
-                                  {"mean", &mean_in}, {"rstd", &rstd_in}}) {
+    for (const auto& [name, t] : {std::pair{"dy", &dy_in},
+                                  {"x", &x_in},
+                                  {"weight", &weight_in},
+                                  {"mean", &mean_in},
+                                  {"rstd", &rstd_in}}) {
         check_cuda(op, name, *t, dy_in);
         check_dtype(op, name, *t, at::kFloat);
     }
@@ -174,8 +179,9 @@ std::tuple<Tensor, Tensor> cross_entropy_op(const Tensor& logits_in, const Tenso
     check_cuda(op, "logits", logits_in, logits_in);
     check_cuda(op, "targets", targets_in, logits_in);
     check_dtype(op, "logits", logits_in, at::kFloat);
-    TORCH_CHECK(!at::isFloatingType(targets_in.scalar_type()) && targets_in.scalar_type() != at::kBool,
-                op, ": targets are class indices (int64); got ", targets_in.scalar_type());
+    TORCH_CHECK(
+        !at::isFloatingType(targets_in.scalar_type()) && targets_in.scalar_type() != at::kBool, op,
+        ": targets are class indices (int64); got ", targets_in.scalar_type());
     TORCH_CHECK(logits_in.dim() == 2 && targets_in.dim() == 1 &&
                     targets_in.size(0) == logits_in.size(0) && logits_in.size(0) >= 1 &&
                     logits_in.size(1) >= 1,
@@ -189,10 +195,11 @@ std::tuple<Tensor, Tensor> cross_entropy_op(const Tensor& logits_in, const Tenso
     check_int(op, "V", vocab);
     // The kernel reads targets[r] as an index into its row: one outside [0, V) would read past
     // it. One synchronization per call, the price of a clear line instead of a wrong loss.
-    const auto [low, high] = at::aminmax(targets_in);
-    TORCH_CHECK(low.item<std::int64_t>() >= 0 && high.item<std::int64_t>() < vocab, op,
-                ": targets must lie in [0, ", vocab, "); they span [", low.item<std::int64_t>(),
-                ", ", high.item<std::int64_t>(), "]");
+    const auto [low_tensor, high_tensor] = at::aminmax(targets_in);
+    const std::int64_t low = low_tensor.item<std::int64_t>(),
+                       high = high_tensor.item<std::int64_t>();
+    TORCH_CHECK(low >= 0 && high < vocab, op, ": targets must lie in [0, ", vocab, "); they span [",
+                low, ", ", high, "]");
     const Tensor targets = targets_in.to(at::kInt).contiguous();  // the contract's int
     Tensor losses = at::empty({rows}, logits.options());
     Tensor dlogits = at::empty_like(logits);
@@ -228,8 +235,8 @@ Tensor gelu_backward_op(const Tensor& dy_in, const Tensor& x_in) {
     TORCH_CHECK(x_in.scalar_type() == at::kFloat || x_in.scalar_type() == at::kBFloat16, op,
                 ": x is ", x_in.scalar_type(), "; gelu's contract takes float32 or bfloat16");
     check_dtype(op, "dy", dy_in, x_in.scalar_type());
-    TORCH_CHECK(dy_in.sizes() == x_in.sizes(), op, ": dy must have x's shape; got ",
-                dy_in.sizes(), " and ", x_in.sizes());
+    TORCH_CHECK(dy_in.sizes() == x_in.sizes(), op, ": dy must have x's shape; got ", dy_in.sizes(),
+                " and ", x_in.sizes());
     check_stream(op);
     const c10::cuda::CUDAGuard guard(x_in.device());
     const Tensor dy = row_major(dy_in), x = row_major(x_in);
@@ -252,11 +259,12 @@ struct Heads {
 Heads check_heads(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
     for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) {
         check_cuda(op, name, *t, q);
-        TORCH_CHECK(t->scalar_type() == q.scalar_type(), op, ": ", name, " is ",
-                    t->scalar_type(), " and q ", q.scalar_type());
+        TORCH_CHECK(t->scalar_type() == q.scalar_type(), op, ": ", name, " is ", t->scalar_type(),
+                    " and q ", q.scalar_type());
     }
     TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16, op, ": q is ",
-                q.scalar_type(), "; the attention kernels take float32 (flash_causal) or bfloat16 "
+                q.scalar_type(),
+                "; the attention kernels take float32 (flash_causal) or bfloat16 "
                 "(flash_tc)");
     TORCH_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes(), op,
                 ": q, k and v must be [B, H, T, D] of one shape; got ", q.sizes(), ", ", k.sizes(),
@@ -284,8 +292,8 @@ std::tuple<Tensor, Tensor> attention_op(const Tensor& q_in, const Tensor& k_in, 
     const float scale = 1.0f / std::sqrt(static_cast<float>(h.D));
     if (h.batch == 0 || h.heads == 0) return {out, lse};
     if (q.scalar_type() == at::kFloat)
-        flash_causal(f32(q), f32(k), f32(v), f32_out(out), f32_out(lse), h.batch, h.heads, h.T,
-                     h.D, scale, causal);
+        flash_causal(f32(q), f32(k), f32(v), f32_out(out), f32_out(lse), h.batch, h.heads, h.T, h.D,
+                     scale, causal);
     else
         flash_tc(bf16(q), bf16(k), bf16(v), bf16_out(out), f32_out(lse), h.batch, h.heads, h.T, h.D,
                  scale, causal);
@@ -294,8 +302,8 @@ std::tuple<Tensor, Tensor> attention_op(const Tensor& q_in, const Tensor& k_in, 
 
 std::tuple<Tensor, Tensor, Tensor> attention_backward_op(const Tensor& dout_in, const Tensor& q_in,
                                                          const Tensor& k_in, const Tensor& v_in,
-                                                         const Tensor& out_in,
-                                                         const Tensor& lse_in, bool causal) {
+                                                         const Tensor& out_in, const Tensor& lse_in,
+                                                         bool causal) {
     constexpr const char* op = "course::attention_backward";
     const Heads h = check_heads(op, q_in, k_in, v_in);
     check_cuda(op, "dout", dout_in, q_in);
