@@ -2,9 +2,10 @@
 # The acceptance of module 08's train_gpt on a GPU (course authors, on the device machine), in
 # parts that each fit one device command (600 s):
 #
-#   OUT=dir dev/accept_train_gpt.sh small   the solutions' table (bf16 on this GPU), the untouched
-#                                           stubs (todo), and the tolerance's measurement
-#                                           (dev/trainer_tolerance.py)
+#   OUT=dir dev/accept_train_gpt.sh small   the solutions' table (bf16 on this GPU), the op check's
+#                                           GPU tests, the untouched stubs (todo)
+#   OUT=dir dev/accept_train_gpt.sh tolerance  the spread of valid reference runs with the grader's
+#                                           settings (dev/trainer_tolerance.py), after `small`
 #   OUT=dir dev/accept_train_gpt.sh sm75    the solutions' table built for sm_75 (fp32: what a T4
 #                                           runs), its PTX compiled by the driver for this GPU
 #   OUT=dir dev/accept_train_gpt.sh bugs    the planted bugs of train_gpt (grader check --mutants)
@@ -22,7 +23,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-}
-case "$part" in small|sm75|bugs|own|full) ;; *) sed -n '2,26p' "$0"; exit 2 ;; esac
+case "$part" in small|tolerance|sm75|bugs|own|full) ;; *) sed -n '2,22p' "$0"; exit 2 ;; esac
 out=${OUT:-build/accept-train-gpt}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
@@ -44,9 +45,15 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
 
 if [ "$part" = small ]; then
   TAIL=25 step solutions python3 -m grader run 08/train_gpt --solutions || status=1
+  # The op check's own tests on the GPU (tables made wrong on purpose), in the tree just built.
+  TAIL=6 step op-check-tests bash -c "ninja -C build/solutions trainer_tests > /dev/null && \
+    build/solutions/bin/trainer_tests --gtest_filter='OpCheck*:GpuModel*'" || status=1
   # The untouched stubs: todo, naming the exercises to pass first (exit 1 is expected).
   TAIL=4 step stubs python3 -m grader run 08/train_gpt
   grep -q "train_gpt    todo" "$out/stubs.txt" || status=1
+fi
+
+if [ "$part" = tolerance ]; then
   TAIL=12 step tolerance python3 dev/trainer_tolerance.py --train-gpt build/solutions/bin/train_gpt \
     --out build/accept-train-gpt-tolerance || status=1
 fi

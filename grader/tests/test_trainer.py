@@ -148,6 +148,23 @@ def test_a_plugged_file_that_does_not_build_is_a_build_error_with_its_errors(cou
     assert "modules/01_fixture/syntax_error.cpp:4:32: error: expected" in details[1]
 
 
+def test_a_plugged_file_that_reads_a_banned_library_is_refused(course):
+    # The library ban holds in the trainer as in the checkers: from the compiler's dependencies.
+    passed(course, "01_fixture/passes")
+    stub = course / "modules/01_fixture/passes.cpp"
+    original = stub.read_text()
+    (course / "common/include/cub").mkdir(exist_ok=True)
+    (course / "common/include/cub/device_reduce.h").write_text("#pragma once\n")
+    stub.write_text('#define LIBRARY <cub/device_reduce.h>\n#include LIBRARY\n' + original)
+    try:
+        status, details, _ = graded(course)
+    finally:
+        stub.write_text(original)
+    assert (status, details) == ("build error", [
+        "refused: modules/01_fixture/passes.cpp includes <cub/device_reduce.h>; an exercise may "
+        "not call the library it is measured against"])
+
+
 def test_a_choice_that_names_no_exercise_of_the_op_is_one_line(course):
     choose(course, "01_fixture/hangs")
     status, details, _ = graded(course)

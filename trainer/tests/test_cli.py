@@ -33,6 +33,16 @@ def test_unknown_attention(train_gpt):
     assert code == 2 and "--attention fast: cudnn or flash" in line
 
 
+def test_check_ops_takes_a_number_of_steps(train_gpt):
+    code, line = fails(train_gpt, "--kernels", "learner", "--check-ops", "often")
+    assert code == 2 and "--check-ops takes a number, not 'often'" in line
+
+
+def test_kernel_choices_needs_a_file(train_gpt):
+    code, line = fails(train_gpt, "--kernels", "learner", "--kernel-choices")
+    assert code == 2 and "--kernel-choices needs a value" in line
+
+
 def test_missing_shards(train_gpt, byte_data, tmp_path):
     code, line = fails(train_gpt, "--tokenizer", byte_data / "tokenizer.bin", "--train", tmp_path / "x_*.bin")
     assert code == 1 and "no data shard matches" in line
