@@ -22,8 +22,7 @@ def grade(tree: BuildTree, exercises: list[Exercise], log: Log,
     learner's exercises that pass, this run's results included; the torch exercises (module 08's
     torch_ops) last, each built into a PyTorch extension of its own."""
     checked = [exercise for exercise in exercises if exercise.has_checker]
-    # A selection without checkers (08/train_gpt, 08/torch_ops) needs no CMake configure of its own.
-    not_runnable = build_exercises(tree, checked, log) if checked else {}
+    not_runnable = build_exercises(tree, checked, log)
     not_runnable = {**too_few_gpus(tree, checked), **not_runnable}
     results = {exercise: _not_run_result(tree, exercise, not_runnable[exercise])
                if exercise in not_runnable else _run(tree, exercise, timeout_s or exercise.timeout_s)
