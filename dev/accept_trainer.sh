@@ -28,19 +28,9 @@ work=build/accept-trainer-work  # dumps and checkpoints (gigabytes): not under $
 : > "$log"
 : > "$summary"
 status=0
-step() {  # step NAME COMMAND...: runs it, its output to the log, its tail and status to the summary
-  local name=$1
-  shift
-  echo "=== $name: $*" >> "$log"
-  local start=$SECONDS left=$((${BUDGET_S:-3600} - SECONDS - 15))
-  [ $left -gt 10 ] || { echo "=== $name: no time left" >> "$summary"; status=1; return 1; }
-  timeout "$left" "$@" > "$out/step.txt" 2>&1
-  local rc=$?
-  cat "$out/step.txt" >> "$log"
-  { echo "=== $name (exit $rc, $((SECONDS - start)) s)"; tail -n "${TAIL:-12}" "$out/step.txt"; } >> "$summary"
-  [ $rc -eq 0 ] || status=1
-  return $rc
-}
+DEFAULT_TAIL=12
+# shellcheck source=dev/budget_step.sh
+. dev/budget_step.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
 quick=${QUICK:-0}
 step build bash -o pipefail -c "cmake -S . -B build/trainer -G Ninja -DCOURSE_VARIANTS=solution \

@@ -50,6 +50,9 @@ UNFINISHED = "its last configure did not finish"
 # The compilers a cache names: gone (a toolkit moved or removed), the tree cannot build.
 CACHED_COMPILERS = ("CMAKE_CXX_COMPILER", "CMAKE_CUDA_COMPILER", "CMAKE_CUDA_HOST_COMPILER")
 
+# How long ninja (or CMake) may take to stop its compilers after SIGTERM before it is killed.
+STOP_GRACE_S = 5.0
+
 _locks: dict[Path, FileLock] = {}
 
 
@@ -215,15 +218,20 @@ def cuda_architecture_note(tree: BuildTree, gpu_sm: int | None) -> str | None:
 
 
 def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailure]:
-    """Builds `targets` in one ninja run shown live; returns the ones that failed, with errors."""
+    """Builds `targets` in one ninja run, its latest line shown as the step of one activity (a
+    first build is dozens of lines, a reconfigure CMake's own); returns the ones that failed,
+    with their errors."""
     if not targets:
         return {}
     with tree_lock(tree, log):
         command = ["ninja", "-C", str(tree.path), "-k", "0", *targets]
-        returncode, output = _run_streamed(command, log)
+        title = f"building {_count(len(targets), 'target')} in {tree.relative}"
+        with activity(log, title) as step:
+            returncode, output = _run_streamed(command, step)
         if returncode != 0 and BROKEN_BUILD_FILES.search(output):
             configure(tree, log, fresh=True)
-            returncode, output = _run_streamed(command, log)
+            with activity(log, title) as step:
+                returncode, output = _run_streamed(command, step)
         if returncode == 0:
             return {}
         _raise_environment_fault(tree, output)
@@ -238,6 +246,10 @@ def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailu
                     _raise_environment_fault(tree, output)
                     failures[target] = BuildFailure(compiler_errors(output), output)
         return failures
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def compiler_errors(output: str, limit: int = MAX_ERROR_LINES) -> list[str]:
@@ -308,7 +320,8 @@ def _run_streamed(command: list[str], log: Log | None = None) -> tuple[int, str]
 @contextmanager
 def _started(command: list[str]):
     """`command` running in a process group of its own, stopped on every way out (Ctrl-C,
-    SIGTERM, an exception)."""
+    SIGTERM, an exception): asked first, so that ninja stops the compilers it started (each in
+    a process group of its own), then killed with whatever is left of its group."""
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace", stdin=subprocess.DEVNULL,
                           start_new_session=True) as process:
@@ -316,4 +329,4 @@ def _started(command: list[str]):
             yield process
         finally:
             if process.poll() is None:
-                stop_group(process)
+                stop_group(process, grace_s=STOP_GRACE_S)

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from grader import torch_ops, trainer
 from grader.build import BuildTree, Log, forbidden_includes
-from grader.course import Course, module_dirs, select
+from grader.course import (Course, missing_manifest_message, module_dirs, select,
+                           unlisted_module_dirs)
 from grader.errors import UserError
 from grader.grading import build_exercises, grade, too_few_gpus
 from grader.manifest import Exercise, read_module
@@ -23,6 +24,7 @@ def static_problems(root: Path, selector: str) -> tuple[Course, list[Exercise], 
         problems += module_problems
         if module:
             modules.append(module)
+    problems += [missing_manifest_message(root, folder) for folder in unlisted_module_dirs(root)]
     course = Course(root=root, modules=tuple(modules))
     try:
         exercises = select(course, selector)

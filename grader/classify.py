@@ -26,6 +26,9 @@ GTEST_TRACE = re.compile(r"\nGoogle Test trace:\n(.*)$", re.S)
 TRACE_LINE = re.compile(r"^\S+:\d+: ")
 FORGED = ("its report did not come from the harness (it lacks this run's nonce): the exercise's "
           "code wrote or replaced the checker's report, which is never a pass")
+# The line every checker prints first (common/src/main.cpp): "[course] seed 123 (replay:
+# GRADER_SEED=123); device: NVIDIA H100 80GB HBM3, sm_90".
+DEVICE_LINE = re.compile(r"^\[course\] seed \d+ .*; device: (.+), sm_\d+$", re.M)
 PERF_NUMBERS = ("value", "baseline_value", "ratio", "median_ms", "min_ms", "spread_pct",
                 "baseline_median_ms")
 
@@ -33,6 +36,9 @@ PERF_NUMBERS = ("value", "baseline_value", "ratio", "median_ms", "min_ms", "spre
 def classify(run, *, exe: str, timeout_s: float, strip_root: Callable[[str], str]) -> Outcome:
     """`run` is a runner.CheckerRun; `exe` the repo-relative executable, for the sanitizer hint."""
     outcome = _classify(run, exe, timeout_s, strip_root)
+    device = DEVICE_LINE.search(run.output)
+    if device:
+        outcome = replace(outcome, device=device[1])
     if run.cut_bytes and outcome.status != PASS:
         outcome = replace(outcome, detail=[
             *outcome.detail, f"{byte_count(run.cut_bytes)} of the checker's output were left "

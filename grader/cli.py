@@ -12,9 +12,10 @@ from grader import gpu_table, hints
 from grader.activity import StderrLog
 from grader.build import BuildTree, cuda_architecture_note
 from grader.check import build_problems, static_problems
-from grader.course import ALL, Course, find_root, load_course, select, select_one
+from grader.course import (ALL, Course, find_root, load_course, other_clones_grader, select,
+                           select_one)
 from grader.errors import UserError
-from grader.grading import grade, grade_references
+from grader.grading import grade, grade_references, todo_without_gpu
 from grader.manifest import Exercise
 from grader.mutants import read_mutants, run_mutants
 from grader.progress import check_learner_files, update_learner_files
@@ -25,7 +26,10 @@ from grader.state import load_results, record_results, state_lock
 from grader.tools import gpu_sm, gpu_visible, require_build_tools
 from grader.tools_cli import TOOL_COMMANDS
 
-NO_GPU_NOTE = "note: no NVIDIA GPU visible (nvidia-smi): the checkers will report skipped"
+NO_GPU_NOTE = ("note: no NVIDIA GPU visible here (nvidia-smi finds none): everything builds, the "
+               "checkers skip, and the stubs you have not started show as todo. No GPU of your "
+               "own? notebooks/free_gpu.ipynb runs the course on Colab's or Kaggle's free GPU; "
+               "`grader doctor` says what this machine lacks")
 # What the harness accepts (common/src/random.cpp): a whole number that fits 64 bits.
 SEED = re.compile(r"^[0-9]{1,20}$")
 # Progress goes to stderr: stdout carries only the table or the JSON.
@@ -76,7 +80,11 @@ def _check_seed() -> None:
 
 
 def _root(root_option: Path | None) -> Path:
-    return find_root(root_option, Path.cwd())
+    root = find_root(root_option, Path.cwd())
+    note = other_clones_grader(root)
+    if note:
+        _log(note)
+    return root
 
 
 def _course(root_option: Path | None) -> Course:
@@ -140,6 +148,8 @@ def run(root_option: Path | None, selector: str, solutions: bool, emulate: bool,
         results = grade_references(course, exercises, _log, timeout)
     else:
         results = grade(tree, exercises, _log, timeout)
+    if not gpu and variant == LEARNER:
+        results = todo_without_gpu(course, results)
     note = cuda_architecture_note(tree, gpu_sm()) if gpu and not emulate else None
     if note:
         _log(note)

@@ -64,9 +64,35 @@ def find_root(explicit: Path | None, start: Path) -> Path:
                     "modules/): cd into the course or pass --root")
 
 
+def other_clones_grader(root: Path) -> str | None:
+    """A note when the grader running is not the course's own (a clone copied with its .venv:
+    the editable install names the original clone's folder), with what to do; None otherwise."""
+    running = Path(__file__).resolve().parent
+    own = root / "grader"
+    if not (own / "cli.py").is_file() or own.resolve() == running:
+        return None
+    return (f"note: the grader running is {running}, not this course's {own} (a clone copied "
+            "with its .venv runs the original's grader): give this clone its own environment, "
+            "python3 -m venv --clear .venv && . .venv/bin/activate && python -m pip install -e .")
+
+
 def module_dirs(root: Path) -> list[Path]:
     # The same set as the top-level CMakeLists.txt's glob: modules/*/module.toml, sorted.
     return sorted(path.parent for path in (root / "modules").glob("*/module.toml"))
+
+
+def unlisted_module_dirs(root: Path) -> list[Path]:
+    """Module folders (modules/NN_topic with sources) without a module.toml: CMake and the
+    grader see no exercise there (a manifest deleted by mistake, a branch half switched)."""
+    return sorted(folder for folder in (root / "modules").glob("[0-9][0-9]_*")
+                  if folder.is_dir() and not (folder / "module.toml").exists()
+                  and any(path.suffix in (".cu", ".cpp", ".h") for path in folder.iterdir()))
+
+
+def missing_manifest_message(root: Path, folder: Path) -> str:
+    relative = folder.relative_to(root)
+    return (f"{relative} has no module.toml, so none of its exercises is built or graded: "
+            f"restore it (git checkout -- {relative}/module.toml)")
 
 
 def load_course(root: Path) -> Course:
@@ -80,13 +106,21 @@ def load_course(root: Path) -> Course:
     return Course(root=root, modules=tuple(modules))
 
 
-def select(course: Course, selector: str) -> list[Exercise]:
-    """The exercises named by all, 01, 01_basics, 01/vector_add or 01_basics/vector_add."""
+def select(course: Course, selector: str, cwd: Path | None = None) -> list[Exercise]:
+    """The exercises named by all, 01, 01_basics, 01/vector_add or 01_basics/vector_add, or by
+    a path (what tab completion gives): modules/01_basics, modules/01_basics/vector_add.cu, its
+    contract, its checker or its solution, relative to `cwd` or to the course."""
     if not course.exercises:
+        unlisted = unlisted_module_dirs(course.root)
+        if unlisted:
+            raise UserError(missing_manifest_message(course.root, unlisted[0]))
         raise UserError(f"{course.root} has no exercises: no modules/NN_topic/module.toml lists "
                         "one")
     if selector == ALL:
         return course.exercises
+    by_path = _select_path(course, selector, cwd or Path.cwd())
+    if by_path is not None:
+        return by_path
     module_part, _, exercise_part = selector.partition("/")
     module = _find_module(course, module_part)
     if not exercise_part:
@@ -99,15 +133,47 @@ def select(course: Course, selector: str) -> list[Exercise]:
 
 
 def select_one(course: Course, selector: str) -> Exercise:
-    if not selector.partition("/")[2]:
+    chosen = select(course, selector) if selector.rstrip("/").partition("/")[2] else []
+    if len(chosen) != 1:
         example = course.exercises[0].key if course.exercises else "01_basics/vector_add"
         raise UserError(f"'{selector}' is not one exercise: write module/exercise, e.g. {example}")
-    return select(course, selector)[0]
+    return chosen[0]
 
 
 def _find_module(course: Course, name: str) -> Module:
     for module in course.modules:
         if name == module.name or module.name.startswith(f"{name}_"):
             return module
+    for folder in unlisted_module_dirs(course.root):
+        if name == folder.name or folder.name.startswith(f"{name}_"):
+            raise UserError(missing_manifest_message(course.root, folder))
     valid = ", ".join(module.name for module in course.modules)
     raise UserError(f"unknown module '{name}': valid modules are {valid} (or {ALL})")
+
+
+def _select_path(course: Course, selector: str, cwd: Path) -> list[Exercise] | None:
+    """The exercises a path names (a module folder, or one of an exercise's files), None when
+    `selector` is no path into modules/ or solutions/."""
+    if "/" not in selector.rstrip("/") and not selector.endswith((".cu", ".h", ".cpp")):
+        return None
+    for base in (cwd, course.root):
+        path = (base / selector).resolve()
+        try:
+            parts = path.relative_to(course.root.resolve()).parts
+        except ValueError:
+            continue
+        if len(parts) < 2 or parts[0] not in ("modules", "solutions") or not path.exists():
+            continue
+        module = _find_module(course, parts[1])
+        if len(parts) == 2:
+            return list(module.exercises)
+        inside = "/".join(parts[2:])
+        # A checker shared by several exercises (module 04's rungs) names them all.
+        named = [exercise for exercise in module.exercises
+                 if inside in {exercise.file, f"{exercise.id}.h", exercise.checker,
+                               exercise.fast_solution or exercise.file}]
+        if named:
+            return named
+        raise UserError(f"{selector} is not a file of an exercise of {module.name}: name one by "
+                        f"its stub, contract, checker or solution, or as {module.name}/<id>")
+    return None

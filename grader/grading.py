@@ -1,13 +1,17 @@
 """Grading a selection: configure once, refuse forbidden stubs, build, run each checker (and, for
 module 08's train_gpt, the GPT trainer: grader/trainer.py; for its torch_ops, PyTorch's checks:
 grader/torch_ops.py)."""
+import re
+from dataclasses import replace
+
 from grader.build import (BuildTree, Log, build, configure, emulated_modules, not_emulated,
                           tree_lock)
 from grader.classify import classify
 from grader.course import Course
-from grader.library_ban import refused_header
+from grader.library_ban import refusal
 from grader.manifest import Exercise
-from grader.results import BUILD_ERROR, EMULATED, FAST, LEARNER, SKIPPED, SOLUTION, Outcome, Result
+from grader.results import (BUILD_ERROR, EMULATED, FAIL, FAST, LEARNER, SKIPPED, SOLUTION, TODO,
+                            Outcome, Result)
 from grader.runner import run_checker
 from grader.state import load_results
 from grader.tools import gpu_count
@@ -70,12 +74,15 @@ def _build_checkers(tree: BuildTree, exercises: list[Exercise],
             not_built |= _not_emulated(tree, exercises)
         failures = build(tree, [tree.target(exercise) for exercise in exercises
                                 if exercise not in not_built], log)
-        # The library ban needs the compiler's dependency list: after the build, before a run.
+        # The library ban needs the compiler's dependency list and the learner's object: after
+        # the build, before a run; and where the link failed too (a call into cuBLAS does not
+        # link), it says why instead of the linker.
         if tree.variant == LEARNER:
             not_built |= _refused(tree, [exercise for exercise in exercises
-                                         if exercise not in not_built
-                                         and tree.target(exercise) not in failures])
+                                         if exercise not in not_built])
     for exercise in exercises:
+        if exercise in not_built:
+            continue
         failure = failures.get(tree.target(exercise))
         if failure:
             not_built[exercise] = Outcome(BUILD_ERROR, failure.errors, output=failure.output)
@@ -96,17 +103,44 @@ def _missing(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outco
 
 
 def _refused(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
-    """The built learner files whose compilation read a header of what they are measured against
-    (grader/library_ban.py), refused: built, never run."""
+    """The compiled learner files that read a header of what they are measured against, or call
+    it, or load a library at run time (grader/library_ban.py), refused: never run."""
     refused = {}
     for exercise in exercises:
-        header = refused_header(tree, exercise)
-        if header:
-            stub = tree.course.relative(tree.course.stub(exercise))
-            refused[exercise] = Outcome(BUILD_ERROR, [
-                f"refused: {stub} includes <{header}>; an exercise may not call the library it "
-                "is measured against"])
+        line = refusal(tree, exercise)
+        if line:
+            refused[exercise] = Outcome(BUILD_ERROR, [line])
     return refused
+
+
+# The not-implemented marker's call in a stub, its text the first string (course/todo.h).
+TODO_CALL = re.compile(r'COURSE_TODO\(\s*"((?:[^"\\]|\\.)*)"')
+
+
+def untouched_stub_line(course: Course, exercise: Exercise) -> str | None:
+    """What the checker of a stub that still calls COURSE_TODO reports (its first call, with
+    the file and line), read from the file; None when the stub has none left."""
+    stub = course.stub(exercise)
+    try:
+        text = stub.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for number, line in enumerate(text.splitlines(), start=1):
+        found = TODO_CALL.search(line)
+        if found:
+            return f"{found[1]} ({course.relative(stub)}:{number})"
+    return None
+
+
+def todo_without_gpu(course: Course, results: list[Result]) -> list[Result]:
+    """Without a GPU every checker skips, so no run says which stubs are still untouched: those
+    that still call COURSE_TODO are todo, read from their files, with the line to edit."""
+    marked = []
+    for result in results:
+        line = (untouched_stub_line(course, result.exercise)
+                if result.variant == LEARNER and result.status == SKIPPED else None)
+        marked.append(replace(result, outcome=Outcome(TODO, [line])) if line else result)
+    return marked
 
 
 def too_few_gpus(tree: BuildTree, exercises: list[Exercise]) -> dict[Exercise, Outcome]:
@@ -132,10 +166,36 @@ def _not_run_result(tree: BuildTree, exercise: Exercise, outcome: Outcome) -> Re
     return Result(exercise, tree.variant, outcome, tree.course.relative(tree.executable(exercise)))
 
 
+# What makes a race possible in an exercise's code: shared memory, atomics, barriers.
+RACE_PRONE = ("__shared__", "__syncthreads", "atomic", "cp.async", "cp_async")
+
+
 def _run(tree: BuildTree, exercise: Exercise, timeout_s: float) -> Result:
     exe = tree.executable(exercise)
     relative_exe = tree.course.relative(exe)
     run = run_checker(exe, tree.path, timeout_s)
     outcome = classify(run, exe=relative_exe, timeout_s=timeout_s,
                        strip_root=tree.course.strip_root)
+    if outcome.status == FAIL and tree.variant != EMULATED and _race_prone(tree, exercise):
+        outcome = replace(outcome, detail=[*outcome.detail, race_hint(tree, exercise)])
     return Result(exercise, tree.variant, outcome, relative_exe, run.duration_s)
+
+
+def race_hint(tree: BuildTree, exercise: Exercise) -> str:
+    """The line under a failure of code that can race: a race whose wrong bits come out the same
+    on every run looks like any wrong result, and only racecheck sees it."""
+    solutions = "" if tree.variant == LEARNER else " --solutions"
+    return (f"a wrong result that is the same on every run can still be a race: `grader sanitize "
+            f"{exercise.key}{solutions}` runs racecheck (shared memory) and the other sanitizers "
+            "on the correctness cases")
+
+
+def _race_prone(tree: BuildTree, exercise: Exercise) -> bool:
+    course = tree.course
+    source = course.stub(exercise) if tree.variant == LEARNER else (
+        course.fast_solution(exercise) if tree.variant == FAST else course.solution(exercise))
+    try:
+        text = source.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(word in text for word in RACE_PRONE)

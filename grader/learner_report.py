@@ -11,6 +11,7 @@ templates, so that Markdown and HTML say the same.
 """
 import importlib.util
 import io
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -177,6 +178,14 @@ def build_report(course: Course, modules: list[Module], entries: dict[str, dict]
                                                      for m in modules)},
                                      roofs, gpu_name, out_dir, plots))
     return sections + ladder_sections(course, modules, entries, out_dir, plots)
+
+
+def measured_on(entries: dict[str, dict]) -> str:
+    """The GPU most of `entries` were measured on (the checkers name it, results keep it)."""
+    devices = [entry.get("device") or (entry.get("best") or {}).get("device")
+               for entry in entries.values()]
+    named = Counter(device for device in devices if device)
+    return named.most_common(1)[0][0] if named else "the GPU these results were measured on"
 
 
 def title_of(variant: str, gpu_name: str) -> str:

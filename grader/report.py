@@ -11,8 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.course import Course
-from grader.results import (BUILD_ERROR, CRASH, FAIL, FAST, PASS, SKIPPED, SOLUTION, TIMEOUT,
-                            TODO, PerfCase, Result, case_target, goal_text, judged_cases)
+from grader.results import (BUILD_ERROR, CRASH, EMULATED, FAIL, FAST, LEARNER, PASS, SKIPPED,
+                            SOLUTION, TIMEOUT, TODO, PerfCase, Result, case_target, goal_text,
+                            judged_cases)
 
 STATUS_STYLES = {PASS: "green", FAIL: "red", TODO: "yellow", BUILD_ERROR: "red",
                  CRASH: "bold red", TIMEOUT: "magenta", SKIPPED: "cyan"}
@@ -20,6 +21,9 @@ STATUS_STYLES = {PASS: "green", FAIL: "red", TODO: "yellow", BUILD_ERROR: "red",
 # long detail lines stay whole (soft wrap), as a log reader's search expects.
 PLAIN_WIDTH = 160
 DETAIL_INDENT = "    "
+# What a table of another variant than the learner's says in its header, beside the module.
+VARIANT_TITLES = {SOLUTION: "reference solutions", FAST: "reference solutions",
+                  EMULATED: "reference solutions on the CPU emulator"}
 
 
 def make_console() -> Console:
@@ -33,7 +37,11 @@ def make_console() -> Console:
 def print_results(console: Console, results: list[Result], verbose: bool = False) -> None:
     """One table per module: a row per exercise (and per timed case), the detail under failures."""
     for module, module_results in groupby(results, key=lambda result: result.exercise.module):
-        _print_with_details(console, *_results_table(module, list(module_results)))
+        module_results = list(module_results)
+        shared = _shared_skip_reasons(module_results)
+        table, details = _results_table(module, module_results, shared)
+        footer = [f"skipped ({count} exercises): {reason}" for reason, count in shared.items()]
+        _print_with_details(console, table, details, footer)
     if verbose:
         _print_outputs(console, results)
 
@@ -72,10 +80,24 @@ def status_text(status: str) -> Text:
     return Text(status, style=STATUS_STYLES.get(status, ""))
 
 
-def _results_table(module: str, results: list[Result]) -> tuple[Table, dict[int, list[str]]]:
-    """The table, and the detail lines to show under the row of that index."""
+def _shared_skip_reasons(results: list[Result]) -> dict[str, int]:
+    """The skip reasons of two or more of `results` (no GPU: every one), with how many: said
+    once, under the table, rather than under every row."""
+    counts: dict[str, int] = {}
+    for result in results:
+        if result.status == SKIPPED and len(result.outcome.detail) == 1:
+            counts[result.outcome.detail[0]] = counts.get(result.outcome.detail[0], 0) + 1
+    return {reason: count for reason, count in counts.items() if count > 1}
+
+
+def _results_table(module: str, results: list[Result], shared: dict[str, int] | None = None
+                   ) -> tuple[Table, dict[int, list[str]]]:
+    """The table, and the detail lines to show under the row of that index (a skip reason in
+    `shared` is not among them)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for header in (module, "status", "metric", "baseline", "% of baseline", "target"):
+    title = module if not results or results[0].variant == LEARNER else \
+        f"{module} ({VARIANT_TITLES[results[0].variant]})"
+    for header in (title, "status", "metric", "baseline", "% of baseline", "target"):
         table.add_column(header, no_wrap=True)
     details = {}
     for result in results:
@@ -83,8 +105,11 @@ def _results_table(module: str, results: list[Result]) -> tuple[Table, dict[int,
             table.add_row(*row)
         # The trainer's detail (which op ran whose kernel, the curves' gap, tokens/s, a sample)
         # and PyTorch's checks' (op by op) are their report, pass or not.
-        if not result.passed or not result.exercise.has_checker:
-            details[table.row_count - 1] = result.outcome.detail
+        detail = result.outcome.detail
+        shown = not result.passed or not result.exercise.has_checker
+        if shown and not (result.status == SKIPPED and len(detail) == 1
+                          and detail[0] in (shared or {})):
+            details[table.row_count - 1] = detail
     return table, details
 
 
@@ -134,7 +159,8 @@ def _target_text(result: Result) -> str:
                      on_stretch=result.judged_on_stretch)
 
 
-def _print_with_details(console: Console, table: Table, details: dict[int, list[str]]) -> None:
+def _print_with_details(console: Console, table: Table, details: dict[int, list[str]],
+                        footer: list[str] = ()) -> None:
     # rich has no cells spanning columns: render the table to lines (line 0 is the header, then
     # one line per row, since no cell wraps) and put each detail under its row, full width.
     lines = console.render_lines(table, pad=False)
@@ -143,6 +169,7 @@ def _print_with_details(console: Console, table: Table, details: dict[int, list[
         parts.append(SegmentLines([_rstrip(line)], new_lines=True))
         for detail in details.get(index - 1, []):
             parts.append(Text(f"{DETAIL_INDENT}{detail}", style="dim"))
+    parts += [Text(f"{DETAIL_INDENT}{line}", style="dim") for line in footer]
     console.print(Group(*parts))
 
 

@@ -66,6 +66,9 @@ class Outcome:
     failures: list[str] = field(default_factory=list)
     # The full compiler or checker output, for --verbose.
     output: str = ""
+    # The GPU the checker ran on, as the harness names it ("NVIDIA H100 80GB HBM3"); "" when
+    # it did not say (no GPU, a build error).
+    device: str = ""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class Result:
             "stretch_met": self.stretch_met,
             "exe": self.exe,
             "duration_s": None if self.duration_s is None else round(self.duration_s, 3),
+            "device": self.outcome.device,
         }
 
 

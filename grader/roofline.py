@@ -153,7 +153,9 @@ def plot(points: list[Point], roofs: Roofs, gpu_name: str, path) -> None:
     axes.set_xlim(low, high)
     axes.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
     axes.set_ylabel("FLOP/s achieved")
-    axes.set_title(f"Roofline of {gpu_name}, measured (copy bandwidth, cuBLAS SGEMM)")
+    # Two lines: a GPU's name ("NVIDIA H100 80GB HBM3") and the rest do not fit one at 8 inches.
+    axes.set_title(f"Roofline of {gpu_name}\nmeasured by the course (copy bandwidth, cuBLAS SGEMM)",
+                   fontsize=11)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()

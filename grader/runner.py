@@ -146,9 +146,19 @@ def byte_count(count: int) -> str:
     return f"{count:.1f} GB"
 
 
-def stop_group(process: subprocess.Popen) -> None:
+def stop_group(process: subprocess.Popen, grace_s: float = 0.0) -> None:
     """Kills the process group led by `process` (started with start_new_session), before the
-    leader is reaped, so that its number cannot have been reused."""
+    leader is reaped, so that its number cannot have been reused. With `grace_s`, the leader is
+    asked first (SIGTERM) and given that long to stop what it started itself: ninja runs each
+    compiler in a process group of its own, which only ninja knows to stop."""
+    if grace_s > 0:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        deadline = time.monotonic() + grace_s
+        while not has_exited(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -170,17 +180,17 @@ def _read_until_exit(process: subprocess.Popen, output: BoundedOutput, deadline:
                 if not chunk:
                     break  # every writer closed the pipe: the checker is ending
                 output.add(chunk)
-            elif _exited(process.pid):
+            elif has_exited(process.pid):
                 return True  # it exited; a process it left behind may still hold the pipe
-    while not _exited(process.pid):
+    while not has_exited(process.pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.005)
     return True
 
 
-def _exited(pid: int) -> bool:
-    # WNOWAIT: look without reaping.
+def has_exited(pid: int) -> bool:
+    """Whether the child `pid` has exited, without reaping it (WNOWAIT)."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 

@@ -17,7 +17,8 @@ from grader import gpu_table, learner_report
 from grader.build import BuildTree
 from grader.compare import (compare as compare_results, gradebook, gradebook_csv,
                             gradebook_markdown, read_results, solution_entries)
-from grader.course import ALL, Course, find_root, load_course, select, select_one
+from grader.course import (ALL, Course, find_root, load_course, other_clones_grader, select,
+                           select_one)
 from grader.manifest import Exercise
 from grader.errors import UserError
 from grader.grading import grade
@@ -42,7 +43,11 @@ def _log(line: str) -> None:
 
 
 def _course(context: click.Context) -> Course:
-    return load_course(find_root(context.obj, Path.cwd()))
+    root = find_root(context.obj, Path.cwd())
+    note = other_clones_grader(root)
+    if note:
+        _log(note)
+    return load_course(root)
 
 
 def _variant(solutions: bool) -> str:
@@ -269,7 +274,7 @@ def report(context: click.Context, selector: str, solutions: bool, html: bool,
     if not plots:
         _log(learner_report.INSTALL_PLOTS)
     gpu = _gpu_facts(course)
-    gpu_name = gpu["name"] if gpu else "the GPU these results were measured on"
+    gpu_name = gpu["name"] if gpu else learner_report.measured_on(entries)
     sections = learner_report.build_report(course, modules, entries, gpu_name, out_dir, plots,
                                            gpu)
     path = out_dir / ("report.html" if html else "report.md")

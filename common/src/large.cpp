@@ -37,6 +37,10 @@ std::vector<Window> merged(std::vector<Window> windows) {
     return out;
 }
 
+// The CUDA error an earlier large case of this process failed with: sticky, so every later CUDA
+// call would fail too, and the learner would read a crash instead of the first case's diagnosis.
+std::optional<std::string> earlier_large_case_error;
+
 }  // namespace
 
 std::vector<Window> windows_past_int_range(std::size_t count, Rng& rng, std::size_t width,
@@ -81,6 +85,7 @@ void run_large_case(const std::function<void()>& call) {
         std::string text = error.what();
         const std::string tag = "[course:cuda-error] ";
         if (text.compare(0, tag.size(), tag) == 0) text.erase(0, tag.size());
+        earlier_large_case_error = text;
         throw std::runtime_error(
             "in a case past 2^31 elements: " + text +
             "\n  an index or offset computed in 32-bit int arithmetic overflows at 2^31 and points "
@@ -90,6 +95,9 @@ void run_large_case(const std::function<void()>& call) {
 }
 
 std::optional<std::string> large_case_skip_reason(std::size_t bytes) {
+    if (earlier_large_case_error)
+        return "an earlier case past 2^31 elements left the GPU in an error state (" +
+               *earlier_large_case_error + "): its failure comes first";
     if (exact_allocations())
         return std::string(
             "the cases past 2^31 elements do not run with exact allocations "

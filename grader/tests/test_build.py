@@ -1,7 +1,11 @@
-"""What the build step reads: compiler errors and forbidden includes."""
+"""What the build step reads: compiler errors and forbidden includes; how it stops."""
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
-from grader.build import compiler_errors, forbidden_includes
+from grader.build import _started, compiler_errors, forbidden_includes
 
 NVCC_LOG = """[1/3] Building CUDA object vector_add.cu.o
 FAILED: CMakeFiles/01_basics.vector_add.learner.dir/modules/01_basics/vector_add.cu.o
@@ -68,3 +72,37 @@ def test_library_headers_are_forbidden(line, header):
 ])
 def test_other_includes_are_allowed(line):
     assert forbidden_includes(line) == []
+
+
+# Issue 28: Ctrl-C during a build. ninja runs each compiler in a process group of its own, which
+# killing ninja's group leaves running; asked to stop (SIGTERM), ninja stops them. This stand-in
+# does the same: a "compiler" in a session of its own, stopped by the stand-in's SIGTERM handler.
+FAKE_NINJA = """\
+import os, signal, subprocess, sys, time
+compiler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+open(sys.argv[1], "w").write(str(compiler.pid))
+def stop(number, frame):
+    os.killpg(compiler.pid, signal.SIGTERM)
+    compiler.wait()
+    sys.exit(1)
+signal.signal(signal.SIGTERM, stop)
+print("[1/2] Building CUDA object", flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_interrupted_build_leaves_no_compiler_running(tmp_path):
+    script, pid_file = tmp_path / "fake_ninja.py", tmp_path / "compiler.pid"
+    script.write_text(FAKE_NINJA)
+    with pytest.raises(KeyboardInterrupt):
+        with _started([sys.executable, str(script), str(pid_file)]) as process:
+            assert process.stdout.readline().startswith("[1/2]")
+            raise KeyboardInterrupt  # what Ctrl-C raises in the grader
+    compiler = int(pid_file.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{compiler}").exists() or "Z" in _state(compiler)
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]

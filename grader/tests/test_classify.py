@@ -143,3 +143,11 @@ def test_a_self_explaining_predicate_shows_its_explanation_only():
                               "case: n = 1009",
                               "`c`: 3 of 1009 elements are wrong (float32)",
                               "  [1006] got NaN/poison (never written), want 1.5"]
+
+
+def test_the_device_the_checker_named_is_kept_with_the_outcome():
+    output = ("[course] seed 123 (replay: GRADER_SEED=123); device: NVIDIA H100 80GB HBM3, sm_90\n"
+              "[==========] Running 2 tests\n")
+    assert grade(report(case()), output=output).device == "NVIDIA H100 80GB HBM3"
+    without = "[course] seed 1 (replay: GRADER_SEED=1); device: no NVIDIA GPU found\n"
+    assert grade(report(case(result="SKIPPED")), output=without).device == ""

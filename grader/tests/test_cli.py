@@ -118,3 +118,42 @@ def test_a_broken_manifest_is_one_line_pointing_at_check(course, command):
     manifest.write_text(manifest.read_text().replace('title = "A wrong answer"\n', ""))
     assert_one_line_usage_error(invoke(course, *command),
                                 "exercise 'mismatch': missing key 'title'", "grader check")
+
+
+# --- issue 28, section 2: what a newcomer types ---------------------------------------------
+
+@pytest.mark.parametrize("selector", ["modules/01_fixture/todo.cpp", "modules/01_fixture/todo.h",
+                                      "modules/01_fixture/tests/todo_test.cpp",
+                                      "solutions/01_fixture/todo.cpp"])
+def test_a_path_names_its_exercise(course, monkeypatch, selector):
+    monkeypatch.chdir(course)
+    assert invoke(None, "hint", selector).stdout == "Hint 1 of 2: first nudge of todo\n"
+
+
+def test_a_module_folder_names_its_exercises_and_a_stray_file_is_one_line(course, monkeypatch):
+    monkeypatch.chdir(course / "modules")
+    assert_one_line_usage_error(invoke(None, "hint", "01_fixture/"), "not one exercise")
+    (course / "modules/01_fixture/notes.cu").write_text("// not an exercise\n")
+    assert_one_line_usage_error(invoke(None, "run", "01_fixture/notes.cu"),
+                                "01_fixture/notes.cu is not a file of an exercise of 01_fixture")
+
+
+def test_a_module_without_its_manifest_is_named_with_the_way_back(course):
+    (course / "modules/01_fixture/module.toml").unlink()
+    restore = "modules/01_fixture has no module.toml, so none of its exercises is built or graded"
+    assert_one_line_usage_error(invoke(course, "run", "01"), restore)
+    checked = invoke(course, "check", "--no-build")
+    assert checked.exit_code == 1 and restore in checked.stdout
+    assert "git checkout -- modules/01_fixture/module.toml" in checked.stdout
+
+
+def test_a_clone_that_runs_another_clones_grader_is_told_what_to_do(course):
+    # A copied clone keeps the original's .venv, whose editable install runs the original's
+    # grader: this course has a grader of its own, and it is not the one running.
+    (course / "grader").mkdir()
+    (course / "grader/cli.py").write_text("# this clone's own grader\n")
+    result = invoke(course, "list")
+    assert result.exit_code == 0
+    assert (f"not this course's {course / 'grader'} (a clone copied with its .venv runs the "
+            "original's grader)") in result.stderr
+    assert "python -m pip install -e ." in result.stderr

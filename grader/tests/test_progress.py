@@ -1,4 +1,8 @@
 """progress.md and ROADMAP.md: only the grader's blocks change."""
+import subprocess
+
+import pytest
+
 from grader.course import load_course
 from grader.progress import (CHECKLIST_MARKERS, STATUS_MARKERS, _blocks, block_of, replace_block,
                              update_learner_files)
@@ -49,9 +53,19 @@ def test_a_pass_ticks_the_roadmap_and_fills_the_status_table(course):
     assert "| `passes` | pass | 900.0 GB/s | 90.0% | 2026-03-01 |" in progress
 
 
+def committed(name: str) -> str:
+    """The repository's own file as committed: every `grader run` rewrites the working copy's
+    blocks by design, so a learner's results must not fail the course's tests."""
+    shown = subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{name}"], capture_output=True,
+                           text=True)
+    if shown.returncode != 0:
+        pytest.skip(f"{name} as committed is out of reach (not a git clone?): {shown.stderr}")
+    return shown.stdout
+
+
 def test_the_repositorys_own_files_carry_the_markers_once():
     for name, markers in (("progress.md", STATUS_MARKERS), ("ROADMAP.md", CHECKLIST_MARKERS)):
-        text = (REPO / name).read_text()
+        text = committed(name)
         assert [text.count(marker) for marker in markers] == [1, 1], name
 
 
@@ -61,6 +75,6 @@ def test_the_repositorys_own_blocks_are_what_a_first_run_expects():
     # learner's own text, copied aside and warned about on every learner's first run.
     blocks = _blocks(load_course(REPO), {})
     for name, markers in (("progress.md", STATUS_MARKERS), ("ROADMAP.md", CHECKLIST_MARKERS)):
-        found = block_of((REPO / name).read_text(encoding="utf-8"), markers)
+        found = block_of(committed(name), markers)
         assert found is not None and found.strip() == blocks[name].strip(), (
             f"{name}'s block is stale: regenerate it from the grader's templates for no results")

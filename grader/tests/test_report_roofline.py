@@ -171,3 +171,12 @@ def test_the_command_writes_the_report_beside_its_picture(tmp_path):
     assert "02_memory: Memory" in page
     run = invoke(root, "report", "01")
     assert run.exit_code == 2 and "no learner results yet" in run.stderr
+
+
+def test_the_report_names_the_gpu_the_results_were_measured_on():
+    # Without the GPU at hand (a report made later, elsewhere), the checkers' own words name it.
+    entries = {"01_basics/vector_add": {"device": "NVIDIA H100 80GB HBM3"},
+               "01_basics/saxpy_vec4": {"device": "", "best": {"device": "NVIDIA H100 80GB HBM3"}},
+               "01_basics/hello_threads": {"device": "Tesla T4"}}
+    assert learner_report.measured_on(entries) == "NVIDIA H100 80GB HBM3"
+    assert learner_report.measured_on({}) == "the GPU these results were measured on"

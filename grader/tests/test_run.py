@@ -6,11 +6,13 @@ import shutil
 import pytest
 
 from grader.build import BuildTree
+from grader.cli import NO_GPU_NOTE
 from grader.course import load_course
 from grader.grading import grade
 from grader.progress import STATUS_MARKERS
-from grader.results import EMULATED
-from grader.tests.conftest import SKIP_REASON, invoke
+from grader.report import make_console, print_results
+from grader.results import EMULATED, Outcome, Result
+from grader.tests.conftest import SKIP_ENV, SKIP_REASON, invoke
 
 # exercise: (status, a line of its detail)
 EXPECTED = {
@@ -75,12 +77,39 @@ def test_timed_cases_get_a_row_each_with_metric_baseline_and_target(built_course
 
 def test_build_progress_goes_to_stderr_with_the_no_gpu_note(built_course):
     stderr = built_course.learner.stderr
-    assert stderr.splitlines()[0] == ("note: no NVIDIA GPU visible (nvidia-smi): the checkers "
-                                      "will report skipped")
-    assert "Linking CXX executable" in stderr
-    # Issue 11, item 9: the quiet steps say what they are doing (a spinner on a terminal).
+    assert stderr.splitlines()[0] == NO_GPU_NOTE
+    assert "notebooks/free_gpu.ipynb" in NO_GPU_NOTE and "grader doctor" in NO_GPU_NOTE
+    # Issue 11, item 9: the quiet steps say what they are doing (a spinner on a terminal); issue
+    # 28: the build is one of them, not a line per compiled file.
     assert "configuring build/learner (once; CMake takes 10-30 s)\n" in stderr
+    assert "building 8 targets in build/learner\n" in stderr
+    assert "Linking CXX executable" not in stderr
     assert "collecting the errors of the targets that did not build\n" in stderr
+
+
+def test_without_a_gpu_the_untouched_stubs_are_todo_with_the_line_to_edit(course, no_gpu):
+    # A checker that skips for want of a GPU, on a stub that still calls COURSE_TODO.
+    stub = course / "modules/01_fixture/no_gpu.cpp"
+    stub.write_text(stub.read_text().replace(
+        "int twice(int x) { return 2 * x; }",
+        '#include "course/todo.h"\n\nint twice(int x) {\n'
+        '    COURSE_TODO("twice: return 2 * x, then delete this line");\n}'))
+    result = invoke(course, "run", "01/no_gpu", env=SKIP_ENV)
+    table = rows(result.stdout)
+    assert table["no_gpu"][0][1] == "todo"
+    assert table["no_gpu"][1:] == [
+        "twice: return 2 * x, then delete this line (modules/01_fixture/no_gpu.cpp:7)"]
+
+
+def test_a_skip_reason_shared_by_several_exercises_is_said_once(built_course):
+    shared = [Result(exercise, "learner", Outcome("skipped", [SKIP_REASON]), "exe")
+              for exercise in load_course(built_course.root).exercises[:3]]
+    console = make_console()
+    with console.capture() as captured:
+        print_results(console, shared)
+    text = captured.get()
+    assert text.count(SKIP_REASON) == 1
+    assert f"    skipped (3 exercises): {SKIP_REASON}" in text.splitlines()
 
 
 def test_exit_status_is_1_unless_everything_passes(built_course):
@@ -219,6 +248,9 @@ def test_emulate_grades_the_solutions_in_their_own_tree_without_the_gpu_note(cou
     result = invoke(course, "run", "01/passes", "--emulate")
     assert result.exit_code == 0, result.stdout
     assert rows(result.stdout)["passes"][0][1] == "pass"
+    # The table says whose code passed: the reference solutions, not the learner's.
+    assert result.stdout.splitlines()[0].startswith(
+        "01_fixture (reference solutions on the CPU emulator)")
     assert "no NVIDIA GPU visible" not in result.stderr
     assert (course / "build/emulated/bin/01_fixture.passes.emulated").is_file()
 
@@ -242,3 +274,15 @@ def test_a_quiet_step_shows_a_spinner_with_its_latest_line_on_a_terminal(monkeyp
     stderr = capsys.readouterr().err
     assert "Detecting CXX compiler ABI info" in stderr
     assert stderr.endswith("configuring build/learner: done\n")
+
+
+def test_a_failure_of_code_that_can_race_says_how_to_find_a_race(course):
+    # A race whose wrong bits are the same every run looks like any mismatch: where the code uses
+    # shared memory, atomics or barriers, the failure says that racecheck sees it.
+    stub = course / "modules/01_fixture/mismatch.cpp"
+    stub.write_text(stub.read_text() + "// one block: no __syncthreads() needed\n")
+    result = invoke(course, "run", "01/mismatch")
+    assert rows(result.stdout)["mismatch"][-1] == (
+        "a wrong result that is the same on every run can still be a race: `grader sanitize "
+        "01_fixture/mismatch` runs racecheck (shared memory) and the other sanitizers on the "
+        "correctness cases")

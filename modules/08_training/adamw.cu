@@ -12,19 +12,10 @@
 #include <cuda_bf16.h>
 
 #include "adamw.h"
+#include "course/activation.h"
 #include "course/exercise.h"
 
-// A new master weight as its working copy: itself, or rounded to bf16 (to nearest, ties to even).
-template <typename Act>
-__device__ Act from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16(x);
-}
+using course::from_float;
 
 // The step's scalars, as the trainer passes them.
 struct Step {

@@ -12,21 +12,12 @@
 // Contract: embedding.h                Notes:  notes/08_training.md
 #include <cuda_bf16.h>
 
+#include "course/activation.h"
 #include "course/exercise.h"
 #include "embedding.h"
 
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename Act>
-__device__ Act from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16(x);  // round to nearest, ties to even
-}
+using course::from_float;
+using course::to_float;
 
 // TODO: embedding_forward_kernel<Act>: one thread per element (then per 16 bytes) of out:
 //       position = b * T + t, token = tokens[position],

@@ -11,22 +11,12 @@
 // Contract: gelu.h                     Notes:  notes/08_training.md
 #include <cuda_bf16.h>
 
+#include "course/activation.h"
 #include "course/exercise.h"
 #include "gelu.h"
 
-// Storage type <-> float: the arithmetic is float whatever the activations are stored in.
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename Act>
-__device__ Act from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16(x);  // round to nearest, ties to even
-}
+using course::from_float;
+using course::to_float;
 
 __device__ float gelu(float x) {
     // TODO: 0.5 * x * (1 + tanh(u)), u = kGeluScale * (x + kGeluCubic * x^3) (gelu.h).

@@ -15,7 +15,10 @@
 #include <algorithm>
 
 #include "adamw.h"
+#include "course/activation.h"
 #include "course/exercise.h"
+
+using course::from_float;
 
 namespace {
 
@@ -24,18 +27,6 @@ constexpr int kThreads = 256;
 constexpr long long kMaxBlocks = 65536;
 // Parameters per thread and loop trip: 4 floats, one 16-byte access per float array.
 constexpr int kWidth = 4;
-
-// A new master weight as its working copy: itself, or rounded to bf16 (to nearest, ties to even).
-template <typename Act>
-__device__ Act from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16(x);
-}
 
 // kW values moved as one access (with kW = kWidth: 16 bytes of floats, 8 bytes of bf16). The
 // alignment is what lets the compiler make it one wide load or store.

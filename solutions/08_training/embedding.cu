@@ -12,25 +12,16 @@
 // Contract: embedding.h                Notes:  notes/08_training.md
 #include <cuda_bf16.h>
 
+#include "course/activation.h"
 #include "course/exercise.h"
 #include "embedding.h"
+
+using course::from_float;
+using course::to_float;
 
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename Act>
-__device__ Act from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16(x);  // round to nearest, ties to even: the sum's one rounding
-}
 
 // kWidth values moved as one access (16 bytes when kWidth * sizeof(Act) = 16).
 template <typename Act, int kWidth>

@@ -13,8 +13,12 @@
 
 #include <algorithm>
 
+#include "course/activation.h"
 #include "course/exercise.h"
 #include "gelu.h"
+
+using course::from_float;
+using course::to_float;
 
 namespace {
 
@@ -22,20 +26,6 @@ constexpr int kThreads = 256;
 // Enough blocks of kThreads to fill any GPU many times over (an H100 holds 264 at once); the
 // grid-stride loop covers what is left, so a grid never needs more.
 constexpr long long kMaxBlocks = 65536;
-
-// Storage type <-> float: the arithmetic is float whatever the activations are stored in.
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename Act>
-__device__ Act from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16(x);  // round to nearest, ties to even: the one rounding of the result
-}
 
 // The inner argument of tanh, u(x) = sqrt(2 / pi) * (x + 0.044715 x^3).
 __device__ float gelu_inner(float x) { return kGeluScale * (x + kGeluCubic * x * x * x); }

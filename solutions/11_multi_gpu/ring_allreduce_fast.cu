@@ -5,10 +5,9 @@
 // plain pointer, over NVLink or PCIe. So each reduce-scatter step is one kernel that reads the
 // neighbour's chunk and adds it into its own copy in the same pass (no scratch written and read
 // back, the link never idle while an add runs), and each all-gather step one kernel that copies
-// it. The SMs keep more of the link busy than the copy engine the readable solution's
-// cudaMemcpyPeerAsync uses: each thread has several 16-byte loads in flight, and many thousands
-// of threads cover the link's latency. Where a pair of GPUs has no peer access, the readable
-// solution runs. The module README compares them.
+// it: each thread has several 16-byte loads in flight, and many thousands of threads cover the
+// link's latency. Where a pair of GPUs has no peer access, the readable solution runs. The
+// module README compares them.
 //
 // Run:  grader run 11/ring_allreduce --solutions    (the "ring_allreduce (fast)" row)
 // Contract: ring_allreduce.h           Notes:  notes/11_multi_gpu.md

@@ -79,12 +79,14 @@ auto consecutive_slices(const std::vector<R>& all) {
 // that overflowed and left the buffers: an illegal address) fails the test with a line that says
 // so, as a plain failure: whether a wild address faults or lands in another buffer depends on
 // the memory map, and both are the same mistake. The error is sticky (every later CUDA call of
-// the process fails), so a checker puts its large cases last.
+// the process fails), so a checker puts its large cases last, and the later large cases skip
+// (large_case_skip_reason) rather than crash over the first one's diagnosis.
 void run_large_case(const std::function<void()>& call);
 
-// Why a large case cannot run here, or nothing: the device lacks `bytes` of free memory, or the
-// buffers are exact (COURSE_EXACT_ALLOCATIONS, under compute-sanitizer, which would take minutes
-// over gigabytes; the case runs in every plain run).
+// Why a large case cannot run here, or nothing: an earlier large case left a sticky CUDA error,
+// the device lacks `bytes` of free memory, or the buffers are exact (COURSE_EXACT_ALLOCATIONS,
+// under compute-sanitizer, which would take minutes over gigabytes; the case runs in every plain
+// run).
 std::optional<std::string> large_case_skip_reason(std::size_t bytes);
 
 // Held while a large case runs: one at a time on this machine (a lock file in the temporary

@@ -1,0 +1,259 @@
+// 09_quantization/gemm_w4a16: y = W x for 1 to 64 tokens on the tensor cores, INT4 weights
+// dequantized on their way into mma.sync's B fragments (a Marlin-like kernel). Reference
+// solution.
+//
+// Teaches: a weight layout made once, ahead of time, for the instruction that reads it (each lane
+// loads its own fragments for 8 k16 steps with one 16-byte load: no shared memory, no ldmatrix
+// for the weights); INT4 to bf16 without a conversion instruction (the nibble under the exponent
+// of bf16's 128, one shift, one mask-and-xor, one bf16x2 subtraction: exact); a group scale
+// applied to the group's partial sums in float32, not to every weight; the activations through
+// shared memory and ldmatrix (module 05); split-K, so that a few tokens still fill the GPU: each
+// block sums a slice of K and adds its part of y with atomicAdd, into a y zeroed first. Memory-
+// bound at 16 tokens (the checker reports the speed-up over cuBLAS on bf16 weights), nearly
+// compute-bound at 64.
+//
+// Run:  grader run 09/gemm_w4a16 --solutions
+// Contract: gemm_w4a16.h             Notes:  notes/09_quantization.md
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+
+#include "course/exercise.h"
+#include "course/gemm_layout.h"
+#include "gemm_w4a16.h"
+#include "tensor_core.h"
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTilesPerWarp = 2;                     // n8 tiles of y per warp
+constexpr int kBlockN = kWarps * kTilesPerWarp * 8;  // 64 columns of y per block
+constexpr int kSteps = kInt4Group / 16;              // k16 steps per group: 8
+constexpr int kChunksPerRow = kInt4Group / 8;        // 16-byte chunks of an x tile row: 16
+constexpr int kBlocksPerSm = 2;                      // split K until the grid has this many
+
+// ---- tile_int4_weights: one thread per lane's 16 bytes ----------------------------------------
+
+// Thread (tile j, group G, lane l) reads the 64 bytes of row 8 j + l / 4 in group G and picks its
+// 32 nibbles: nibble p of word w is k = 16 s + 2 (l % 4) + h + 8 r of the group, s = 2 w +
+// (p % 4) / 2, r = p % 2, h = p / 4 (gemm_w4a16.h). The four threads of a row read the same 64
+// bytes (from L1); consecutive threads write consecutive 16 bytes.
+__global__ void tile_int4_kernel(const uint4* __restrict__ packed, int K, std::size_t lanes,
+                                 uint4* __restrict__ tiled) {
+    const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= lanes) return;
+    const int groups = K / kInt4Group;
+    const int lane = static_cast<int>(i % 32);
+    const std::size_t group = i / 32 % groups, tile = i / 32 / groups;
+    const std::size_t row = 8 * tile + lane / 4;
+    // The row's group: 64 bytes, 4 uint4s.
+    const uint4* source = packed + (row * K / 2 + group * kInt4Group / 2) / 16;
+    unsigned words[16];  // word v holds k = 8 v .. 8 v + 7, nibble k % 8 at bits 4 (k % 8)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        const uint4 chunk = source[v];
+        words[4 * v] = chunk.x, words[4 * v + 1] = chunk.y;
+        words[4 * v + 2] = chunk.z, words[4 * v + 3] = chunk.w;
+    }
+    unsigned out[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+#pragma unroll
+        for (int p = 0; p < 8; ++p) {
+            const int s = 2 * w + (p % 4) / 2, r = p % 2, h = p / 4;
+            const int k = 16 * s + 2 * (lane % 4) + h + 8 * r;
+            const unsigned nibble = (words[k / 8] >> (4 * (k % 8))) & 0xFu;
+            out[w] |= nibble << (4 * p);
+        }
+    tiled[i] = make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// ---- gemm_w4a16 ------------------------------------------------------------------------------
+
+// The bf16 pair (136.0, 136.0): 136 = 1.0625 * 2^7, bits 0x4308 in each half.
+constexpr std::uint32_t kBf16Pair136 = 0x43084308u;
+
+// Register r of k16 step s of a lane's B fragment, from its 16 bytes: nibbles p and p + 4 of word
+// s / 2, p = 2 (s % 2) + r, as a bf16 pair (nibble p in the low half). Masked into the low bits of
+// each half and XORed with 0x4308 (the bf16 128.0, 0x4300, and bit 3: nibble ^ 8 = q + 8), each
+// half is the bf16 128 + q + 8, exactly; subtracting 136 leaves q, exactly (bf16 holds every
+// integer up to 256). The mask and the subtrahend are the same bits: 136 is 128 + 8.
+__device__ std::uint32_t b_register(const uint4& w, int s, int r) {
+    const unsigned words[4] = {w.x, w.y, w.z, w.w};
+    const int p = 2 * (s % 2) + r;
+    const std::uint32_t biased = ((words[s / 2] >> (4 * p)) & 0x000F000Fu) ^ kBf16Pair136;
+    const std::uint32_t pair136 = kBf16Pair136;
+    const __nv_bfloat162 q = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&pair136));
+    return *reinterpret_cast<const std::uint32_t*>(&q);
+}
+
+// Rows 0 .. kRows - 1 of x, columns 128 G .. 128 G + 127 (one group) into a swizzled tile of
+// 256-byte rows (module 05's XOR swizzle: tc::swizzled); zeros for the rows past M (the mma still
+// multiplies them: they come out as rows of y that are never stored).
+template <int kRows>
+__device__ void load_x_tile(__nv_bfloat16* tile, const __nv_bfloat16* x, int M, int K, int group) {
+#pragma unroll
+    for (int n = 0; n < kRows * kChunksPerRow / kThreads; ++n) {
+        const int i = threadIdx.x + n * kThreads;
+        const int row = i / kChunksPerRow, chunk = i % kChunksPerRow;
+        uint4 value = make_uint4(0, 0, 0, 0);
+        if (row < M)
+            value = *reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(row) * K +
+                                                    group * kInt4Group + 8 * chunk);
+        *reinterpret_cast<uint4*>(tile + tc::swizzled<kInt4Group>(row, 8 * chunk)) = value;
+    }
+}
+
+// A lane's weights for one group: its 16 bytes of each of the warp's n8 tiles, and the scales of
+// the two columns of y it holds in each tile's accumulators (columns 2 (lane % 4) and + 1).
+struct GroupWeights {
+    uint4 bits[kTilesPerWarp];
+    float scale[kTilesPerWarp][2];
+};
+
+__device__ GroupWeights load_group(const uint4* tiled, const float* scales, int K, int first_tile,
+                                   int tiles, int group, int lane) {
+    const int groups = K / kInt4Group;
+    GroupWeights g{};
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+        const int tile = first_tile + j;
+        if (tile >= tiles) continue;
+        g.bits[j] = tiled[(static_cast<std::size_t>(tile) * groups + group) * 32 + lane];
+        const int col = 8 * tile + 2 * (lane % 4);
+        g.scale[j][0] = scales[static_cast<std::size_t>(col) * groups + group];
+        g.scale[j][1] = scales[static_cast<std::size_t>(col + 1) * groups + group];
+    }
+    return g;
+}
+
+// Block (bx, by): columns 64 bx .. 64 bx + 63 of y (warp w: n8 tiles 8 bx + 2 w, + 1), groups
+// by * per_split .. of K, all M rows (kTilesM m16 tiles). Per group: x's tile into shared memory,
+// then 8 k16 steps of ldmatrix (A) and mma with B dequantized from registers, into partial sums
+// that the group's scales then add to the accumulators.
+template <int kTilesM>
+__global__ void __launch_bounds__(kThreads)
+    gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
+                      const uint4* __restrict__ tiled, const float* __restrict__ scales,
+                      float* __restrict__ y, int per_split) {
+    __shared__ alignas(16) __nv_bfloat16 x_tile[kTilesM * 16 * kInt4Group];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tiles = N / 8;
+    const int first_tile = blockIdx.x * (kBlockN / 8) + warp * kTilesPerWarp;
+    const int groups = K / kInt4Group;
+    const int begin = blockIdx.y * per_split, end = min(groups, begin + per_split);
+    const course::Coord a_source = course::ldmatrix_a_source(lane);
+
+    float acc[kTilesPerWarp][kTilesM][4] = {};
+    GroupWeights now = load_group(tiled, scales, K, first_tile, tiles, begin, lane);
+    for (int group = begin; group < end; ++group) {
+        // The next group's weights are on their way while this group is computed.
+        GroupWeights next{};
+        if (group + 1 < end)
+            next = load_group(tiled, scales, K, first_tile, tiles, group + 1, lane);
+        load_x_tile<kTilesM * 16>(x_tile, x, M, K, group);
+        __syncthreads();  // the tile is complete before any warp reads it
+
+        float part[kTilesPerWarp][kTilesM][4] = {};
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+            std::uint32_t a[kTilesM][4];
+#pragma unroll
+            for (int i = 0; i < kTilesM; ++i)
+                tc::ldmatrix_x4(a[i], x_tile + tc::swizzled<kInt4Group>(16 * i + a_source.row,
+                                                                        16 * s + a_source.col));
+#pragma unroll
+            for (int j = 0; j < kTilesPerWarp; ++j) {
+                const std::uint32_t b0 = b_register(now.bits[j], s, 0);
+                const std::uint32_t b1 = b_register(now.bits[j], s, 1);
+#pragma unroll
+                for (int i = 0; i < kTilesM; ++i) tc::mma_bf16(part[j][i], a[i], b0, b1);
+            }
+        }
+        // Accumulators 0 and 2 are column 2 (lane % 4) of the tile, 1 and 3 the next one
+        // (course::mma_c_element): each takes its column's scale.
+#pragma unroll
+        for (int j = 0; j < kTilesPerWarp; ++j)
+#pragma unroll
+            for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[j][i][e] += part[j][i][e] * now.scale[j][e % 2];
+        __syncthreads();  // every warp is done with the tile before the next group overwrites it
+        now = next;
+    }
+
+    // This block's part of y, added to what the other slices of K add (y was zeroed).
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+        if (first_tile + j >= tiles) continue;
+#pragma unroll
+        for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const course::Coord c = course::mma_c_element(lane, e);
+                const int row = 16 * i + c.row, col = 8 * (first_tile + j) + c.col;
+                if (row < M) atomicAdd(y + static_cast<std::size_t>(row) * N + col, acc[j][i][e]);
+            }
+    }
+}
+
+int multiprocessors() {
+    static const int count = [] {
+        int device = 0, value = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+        return value;
+    }();
+    return count;
+}
+
+template <int kTilesM>
+void launch(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* tiled,
+            const float* scales, float* y) {
+    if (course::compiled_arch(gemm_w4a16_kernel<kTilesM>) < 80)
+        throw std::runtime_error("gemm_w4a16: bf16 mma.sync needs device code for sm_80 or newer");
+    // Split K until there are kBlocksPerSm blocks per SM: at N = 4096 there are only 64 column
+    // blocks, and a token's worth of work per block would leave most SMs idle.
+    const int groups = K / kInt4Group;
+    const int column_blocks = course::ceil_div(N, kBlockN);
+    const int splits =
+        std::clamp(course::ceil_div(kBlocksPerSm * multiprocessors(), column_blocks), 1, groups);
+    const int per_split = course::ceil_div(groups, splits);
+    CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(M) * N * sizeof(float)));
+    const dim3 grid(column_blocks, course::ceil_div(groups, per_split));
+    gemm_w4a16_kernel<kTilesM><<<grid, kThreads>>>(
+        M, N, K, x, reinterpret_cast<const uint4*>(tiled), scales, y, per_split);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void tile_int4_weights(const std::uint8_t* packed, int N, int K, std::uint8_t* tiled) {
+    const std::size_t lanes = static_cast<std::size_t>(N) * K / 32;  // 16 bytes each
+    const int block = 256;
+    tile_int4_kernel<<<static_cast<unsigned>(course::ceil_div(lanes, block)), block>>>(
+        reinterpret_cast<const uint4*>(packed), K, lanes, reinterpret_cast<uint4*>(tiled));
+    CUDA_CHECK_LAUNCH();
+}
+
+void gemm_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* tiled,
+                const float* scales, float* y) {
+    // One kernel per number of m16 tiles: the accumulators are registers, their count fixed.
+    switch (course::ceil_div(M, 16)) {
+        case 1:
+            launch<1>(M, N, K, x, tiled, scales, y);
+            break;
+        case 2:
+            launch<2>(M, N, K, x, tiled, scales, y);
+            break;
+        case 3:
+            launch<3>(M, N, K, x, tiled, scales, y);
+            break;
+        default:
+            launch<4>(M, N, K, x, tiled, scales, y);
+            break;
+    }
+}
