@@ -67,7 +67,7 @@ def prepare(args: argparse.Namespace):
         extension.build(plan, args.build_dir, ROOT, args.verbose)
     except extension.BuildError as error:
         return None, Report(BUILD_ERROR, ("the extension does not build:", *error.lines))
-    refused = extension.refused_headers(plan, args.build_dir, ROOT)
+    refused = extension.refusals(plan, args.build_dir, ROOT)
     if refused:
         return None, Report(BUILD_ERROR, tuple(refused))
     binding = course.relative(plan.binding_py) if plan.binding_py.is_relative_to(ROOT) else str(plan.binding_py)

@@ -11,7 +11,7 @@ import torch
 from torch.utils import cpp_extension
 
 from course_torch.plan import Plan, first_errors
-from grader.library_ban import forbidden_header, parse_deps
+from grader.library_ban import objects_refusal, parse_deps
 
 # PyTorch compiles CUDA files with these defined (its own half-precision code needs them); the
 # exercises were written and checked without them (bf16 conversions, operators on __half2), so
@@ -51,10 +51,11 @@ def build(plan: Plan, build_dir: Path, root: Path, verbose: bool = False) -> Pat
     return build_dir
 
 
-def refused_headers(plan: Plan, build_dir: Path, root: Path) -> list[str]:
+def refusals(plan: Plan, build_dir: Path, root: Path) -> list[str]:
     """The library ban (grader/library_ban.py) on the learner's kernel files: each file whose
-    compilation read a header of what it is measured against. (The binding includes PyTorch's
-    headers, which include cuBLAS's: it is not an exercise's kernel.)"""
+    compilation read a header of what it is measured against, or whose object calls such a
+    library or loads one at run time. (The binding includes PyTorch's headers, which include
+    cuBLAS's, and calls PyTorch: it is not an exercise's kernel.)"""
     if plan.variant != "learner":
         return []
     result = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True,
@@ -62,14 +63,11 @@ def refused_headers(plan: Plan, build_dir: Path, root: Path) -> list[str]:
     deps = parse_deps(result.stdout)
     refused = []
     for _, path in plan.kernels:
-        obj = next((name for name in deps if Path(name).name.startswith(path.stem + ".cuda.o")),
-                   None)
-        for header in deps.get(obj, []):
-            banned = forbidden_header(header, str(root))
-            if banned:
-                refused.append(f"refused: {path.relative_to(root)} includes <{banned}>; an "
-                               "exercise may not call the library it is measured against")
-                break
+        objects = {name: read for name, read in deps.items()
+                   if Path(name).name == f"{path.stem}.cuda.o"}
+        line = objects_refusal(str(path.relative_to(root)), build_dir, objects, str(root))
+        if line:
+            refused.append(line)
     return refused
 
 
