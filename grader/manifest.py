@@ -94,7 +94,8 @@ class Exercise:
     # solution, the one the hints lead to, reaches.
     stretch: float = 0.0
     # CHECKER, or TRAINER: graded by the GPT trainer (grader/trainer.py), `file` the learner's
-    # choice of kernels and `checker` empty.
+    # choice of kernels and `checker` empty, or TORCH: graded by PyTorch's checks
+    # (grader/torch_ops.py), `file` the binding's Python half and `checker` empty.
     kind: str = CHECKER
 
     @property

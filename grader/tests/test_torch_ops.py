@@ -6,7 +6,7 @@ import sys
 
 from grader import torch_ops
 from grader.build import BuildTree
-from grader.course import load_course, select_one
+from grader.course import load_course, select, select_one
 from grader.manifest import manifest_problems
 from grader.results import LEARNER, SKIPPED, SOLUTION
 from grader.tests.conftest import REPO
@@ -33,6 +33,15 @@ def test_the_course_exercise_and_its_files():
     exercise = select_one(course, "08/torch_ops")
     assert exercise.is_torch and not exercise.has_checker
     assert torch_ops.file_problems(course, exercise) == []
+
+
+def test_a_path_to_either_half_of_the_binding_names_the_exercise():
+    course = load_course(REPO)
+    for path in ("modules/08_training/torch_ops.py", "modules/08_training/torch_ops.cpp",
+                 "solutions/08_training/torch_ops.cpp"):
+        assert [exercise.key for exercise in select(course, path, REPO)] == ["08_training/torch_ops"]
+    assert [e.key for e in select(course, "torch_ops.cpp", REPO / "modules" / "08_training")] == [
+        "08_training/torch_ops"]
 
 
 def test_without_pytorch_it_is_skipped_with_the_reason_unrun(monkeypatch, tmp_path):
