@@ -68,8 +68,8 @@ TEST(ReferenceDecodeAttention, LargeScoresDoNotOverflow) {
 // ---- Sampling ----
 
 TEST(ReferenceSampling, OrderedKeyOrdersAsTheFloats) {
-    std::vector<float> values{-kInf, -3e38f, -2.5f, -1.0f, -1e-38f, -0.0f, 0.0f, 1e-38f, 1.0f,
-                              2.5f, 3e38f, kInf};
+    std::vector<float> values{-kInf, -3e38f, -2.5f, -1.0f, -1e-38f, -0.0f,
+                              0.0f,  1e-38f, 1.0f,  2.5f,  3e38f,   kInf};
     for (std::size_t i = 1; i < values.size(); ++i)
         EXPECT_LT(ref::ordered_key(values[i - 1]), ref::ordered_key(values[i])) << values[i];
 }

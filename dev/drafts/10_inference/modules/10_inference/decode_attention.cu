@@ -40,6 +40,7 @@ void decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
     // TODO: splits = min(kDecodeMaxSplits, ceil_div(capacity, 256)), chunk = ceil_div(capacity,
     //       splits); grid (splits, heads, batch) for the first kernel, (heads, batch) for the
     //       merge; CUDA_CHECK_LAUNCH() after each launch.
-    COURSE_TODO("decode_attention: write the split and merge kernels and launch them, then "
-                "delete this line");
+    COURSE_TODO(
+        "decode_attention: write the split and merge kernels and launch them, then "
+        "delete this line");
 }

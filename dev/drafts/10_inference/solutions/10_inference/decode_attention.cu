@@ -68,11 +68,10 @@ __global__ void __launch_bounds__(kBlock)
     // The loop bound is the block's, not the group's: every lane of a warp takes the same number
     // of trips, so the shuffles below always find all 32 lanes.
     for (int base = begin; base < end; base += kGroups * kUnroll) {
-        uint4 k[kUnroll], v[kUnroll];
+        uint4 k[kUnroll] = {}, v[kUnroll] = {};  // zeros for the keys past the end
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int j = base + u * kGroups + group;
-            k[u] = v[u] = make_uint4(0, 0, 0, 0);
             if (j < end) {
                 k[u] = keys[static_cast<std::size_t>(j) * kLanesPerKey];
                 v[u] = values[static_cast<std::size_t>(j) * kLanesPerKey];
@@ -87,8 +86,8 @@ __global__ void __launch_bounds__(kBlock)
             s[u] = 0.0f;
 #pragma unroll
             for (int i = 0; i < 8; ++i) s[u] += qv[i] * kf[i];
-            // The group's lanes are kLanesPerKey consecutive lanes of one warp: a butterfly
-            // over them leaves the whole dot product in each.
+                // The group's lanes are kLanesPerKey consecutive lanes of one warp: a butterfly
+                // over them leaves the whole dot product in each.
 #pragma unroll
             for (int offset = kLanesPerKey / 2; offset > 0; offset /= 2)
                 s[u] += __shfl_xor_sync(0xffffffffu, s[u], offset);

@@ -35,7 +35,8 @@ __device__ inline unsigned ordered_key(float value) {
 
 // The sum (or maximum) of one value per thread, the result in every thread.
 __device__ inline Mass block_sum(Mass value, Mass* partials) {
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
     if (threadIdx.x % 32 == 0) partials[threadIdx.x / 32] = value;
     __syncthreads();
     Mass total = 0;
@@ -122,7 +123,8 @@ __global__ void sample_kernel(const float* logits, const float* uniforms, int* t
     // top-p: the largest key whose kept tokens, with those above it, hold top_p of the mass.
     if (top_p < 1.0f) {
         Mass total = 0;
-        for (int i = threadIdx.x; i < vocab; i += kBlock) total += kept_mass(i, ordered_key(row[i]));
+        for (int i = threadIdx.x; i < vocab; i += kBlock)
+            total += kept_mass(i, ordered_key(row[i]));
         total = block_sum(total, mass_partials);
         const Mass need = static_cast<Mass>(ceil(static_cast<double>(top_p) * total));
         threshold = select_threshold(row, vocab, need > 0 ? need : 1, kept_mass, select);

@@ -11,7 +11,8 @@ DecodeOutput decode_attention(const std::vector<float>& q, const std::vector<flo
     if (shape.kv_heads == 0 || shape.heads % shape.kv_heads != 0)
         throw std::invalid_argument("decode_attention: heads must be a multiple of kv_heads");
     const std::size_t D = shape.D;
-    DecodeOutput out{std::vector<double>(shape.queries() * D), std::vector<double>(shape.queries())};
+    DecodeOutput out{std::vector<double>(shape.queries() * D),
+                     std::vector<double>(shape.queries())};
     for (std::size_t b = 0; b < shape.batch; ++b)
         for (std::size_t h = 0; h < shape.heads; ++h) {
             const std::size_t row = b * shape.heads + h;
@@ -43,10 +44,10 @@ namespace {
 // The distinct logit values of the tokens kept by top-k, largest first, each with its tokens'
 // total weight exp((l - max) / temperature); and the top-k threshold.
 struct KeptByK {
-    float threshold;  // t_k: the tokens with l >= t_k are kept
-    double max;       // the largest logit
+    float threshold;                               // t_k: the tokens with l >= t_k are kept
+    double max;                                    // the largest logit
     std::vector<std::pair<float, double>> values;  // (value, weight of all its tokens)
-    double total = 0.0;                              // Z
+    double total = 0.0;                            // Z
 };
 
 KeptByK kept_by_top_k(const float* logits, std::size_t vocab, const SamplingParams& params) {

@@ -33,9 +33,8 @@ struct Case {
     float scale() const { return 1.0f / std::sqrt(static_cast<float>(shape.D)); }
     std::string describe() const {
         std::string text = "batch " + std::to_string(shape.batch) + ", heads " +
-                           std::to_string(shape.heads) + " over " +
-                           std::to_string(shape.kv_heads) + " key-value heads, D " +
-                           std::to_string(shape.D) + ", capacity " +
+                           std::to_string(shape.heads) + " over " + std::to_string(shape.kv_heads) +
+                           " key-value heads, D " + std::to_string(shape.D) + ", capacity " +
                            std::to_string(shape.capacity) + ", lengths";
         for (int length : lengths) text += " " + std::to_string(length);
         return text + (boost != 1.0f ? ", scores in the hundreds" : "");
@@ -97,10 +96,9 @@ void run(const Case& c, const course::DeviceBuffer<std::uint16_t>& q,
          course::DeviceBuffer<float>& lse, course::DeviceBuffer<float>& workspace) {
     const auto& s = c.shape;
     decode_attention(course::as_bf16(q), course::as_bf16(K), course::as_bf16(V), lengths.data(),
-                     course::as_bf16(out), lse.data(), workspace.data(),
-                     static_cast<int>(s.batch), static_cast<int>(s.heads),
-                     static_cast<int>(s.kv_heads), static_cast<int>(s.capacity),
-                     static_cast<int>(s.D), c.scale());
+                     course::as_bf16(out), lse.data(), workspace.data(), static_cast<int>(s.batch),
+                     static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
+                     static_cast<int>(s.capacity), static_cast<int>(s.D), c.scale());
 }
 
 // What a wrong result says about the kernel, the planted bugs' symptoms first.
@@ -117,7 +115,7 @@ std::string diagnose(const Case& c, const Inputs& in, const Got& got, const ref:
             if (!out_tol.accepts(out[r * D + d], w.O[r * D + d])) return false;
         return true;
     };
-    bool nan = false, lse_low = true;
+    bool nan = false, lse_low = true, lse_right = true;
     int longest_right = 0, shortest_wrong = 1 << 30;
     std::size_t wrong = 0;
     for (std::size_t r = 0; r < s.queries(); ++r) {
@@ -129,6 +127,7 @@ std::string diagnose(const Case& c, const Inputs& in, const Got& got, const ref:
         ++wrong;
         shortest_wrong = std::min(shortest_wrong, length);
         if (!(got.lse[r] < want.L[r])) lse_low = false;
+        if (!lse_tol.accepts(got.lse[r], want.L[r])) lse_right = false;
         for (std::size_t d = 0; d < D; ++d)
             nan = nan || (std::isnan(got.out[r * D + d]) && !course::is_poison(got.out[r * D + d]));
         nan = nan || std::isnan(got.lse[r]);
@@ -162,6 +161,9 @@ std::string diagnose(const Case& c, const Inputs& in, const Got& got, const ref:
             return "query head h read key-value head h % kv_heads: the heads that share a "
                    "key-value head are neighbours, g = h / (heads / kv_heads)";
     }
+    if (lse_right)
+        return "lse is right in every row but out is not: the running output o must be "
+               "rescaled by exp(m_old - m_new) whenever the maximum rises, as the sum l is";
     if (longest_right > 0 && shortest_wrong > longest_right)
         return "every row whose cache holds more than " + std::to_string(longest_right) +
                " keys is wrong, every shorter one right: the rows of several splits. Is each "
@@ -185,9 +187,9 @@ void check_case(const Case& c, course::Rng& rng) {
         out("out", s.queries() * s.D);
     course::DeviceBuffer<int> lengths("lengths", c.lengths);
     course::DeviceBuffer<float> lse("lse", s.queries()),
-        workspace("workspace", decode_attention_workspace_floats(
-                                   static_cast<int>(s.batch), static_cast<int>(s.heads),
-                                   static_cast<int>(s.D)));
+        workspace("workspace",
+                  decode_attention_workspace_floats(
+                      static_cast<int>(s.batch), static_cast<int>(s.heads), static_cast<int>(s.D)));
 
     run(c, q, K, V, lengths, out, lse, workspace);
     Got got{out.download(), {}, lse.download()};
@@ -195,8 +197,7 @@ void check_case(const Case& c, course::Rng& rng) {
     const auto out_tol = out_tolerance();
     const auto lse_tol = lse_tolerance(c, in);
     const std::string cause = diagnose(c, in, got, want, out_tol, lse_tol);
-    course::CompareOptions out_options{"out ([batch][heads][D])",
-                                       course::Matrix{s.queries(), s.D}};
+    course::CompareOptions out_options{"out ([batch][heads][D])", course::Matrix{s.queries(), s.D}};
     out_options.diagnose = [&] { return cause.empty() ? "" : "likely cause: " + cause; };
     course::CompareOptions lse_options{"lse ([batch][heads])"};
     lse_options.diagnose = out_options.diagnose;

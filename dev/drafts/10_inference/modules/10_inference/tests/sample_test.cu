@@ -6,7 +6,8 @@
 // logit dropped, the nucleus taken over the whole row instead of the top-k, the temperature
 // forgotten). Then the distribution: 65536 draws from one row, a chi-square test of the counts
 // against the target probabilities (false alarm 1e-6). Then the bandwidth on the logits' bytes
-// at 64 rows of 128256 (top-k and top-p) and 16 rows of 50304 (top-k 2048), against a device copy of them (shown, not judged).
+// at 64 rows of 128256 (top-k and top-p) and 16 rows of 50304 (top-k 2048), against a device copy
+// of them (shown, not judged).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -171,8 +172,8 @@ void check_case(const Case& c, course::Rng& rng) {
                           Variant::nucleus_of_whole_row, Variant::no_temperature}) {
             bool all = true;
             for (std::size_t r = 0; r < c.rows && all; ++r) {
-                const auto q = variant_distribution(logits.data() + r * c.vocab, c.vocab,
-                                                    c.params, v);
+                const auto q =
+                    variant_distribution(logits.data() + r * c.vocab, c.vocab, c.params, v);
                 all = ref::draw(q, uniforms[r]) == got[r];
             }
             if (all) return "likely cause: " + variant_message(v);
@@ -273,13 +274,15 @@ void check_distribution(std::size_t vocab, ref::SamplingParams params, Logits ki
     }
     ASSERT_GE(bins, 2) << "the row keeps fewer than 2 tokens: nothing to test";
     const double critical = chi_square_critical(bins - 1);
-    std::printf("[distribution] %zu draws over %d bins: chi-square %.1f (%d degrees of freedom; "
-                "fails above %.1f)\n",
-                draws, bins, statistic, bins - 1, critical);
+    std::printf(
+        "[distribution] %zu draws over %d bins: chi-square %.1f (%d degrees of freedom; "
+        "fails above %.1f)\n",
+        draws, bins, statistic, bins - 1, critical);
     EXPECT_LE(statistic, critical)
         << "the tokens drawn are not distributed as the target probabilities (chi-square "
         << statistic << " with " << bins - 1 << " degrees of freedom; a correct sampler exceeds "
-        << critical << " once in a million runs). The fixed draws above may still pass: a "
+        << critical
+        << " once in a million runs). The fixed draws above may still pass: a "
            "mistake that moves only some draws (a mass summed twice, a tile of the scan "
            "skipped) shows here";
 }
@@ -299,7 +302,7 @@ TEST_F(Sample, DistributionTopKTopP) {
 // A few hundred draws on the emulator: the same test, with less power.
 TEST_F(Sample, DistributionSmall) {
     auto rng = test_rng();
-    check_distribution(40, {1.0f, 20, 0.9f}, Logits::spread, 512, rng);
+    check_distribution(40, {1.0f, 20, 0.9f}, Logits::spread, 2048, rng);
 }
 
 // ---- Timed cases ----
@@ -352,9 +355,7 @@ void time_against_copy(std::size_t rows, std::size_t vocab, ref::SamplingParams 
 }
 
 // Llama 3's vocabulary at 64 rows (33 MB of logits), with a top-k of 50 and a nucleus of 0.9.
-TEST_F(Sample, Bandwidth64x128256) {
-    time_against_copy(64, 128256, {0.8f, 50, 0.9f}, test_rng());
-}
+TEST_F(Sample, Bandwidth64x128256) { time_against_copy(64, 128256, {0.8f, 50, 0.9f}, test_rng()); }
 // GPT-2's at 16 rows, top-k 2048 alone.
 TEST_F(Sample, Bandwidth16x50304) { time_against_copy(16, 50304, {1.0f, 2048, 1.0f}, test_rng()); }
 

@@ -28,7 +28,7 @@ namespace course::reference {
 
 struct DecodeShape {
     std::size_t batch = 1, heads = 1, kv_heads = 1, capacity = 1, D = 64;
-    std::size_t queries() const { return batch * heads; }                  // rows of q, O, L
+    std::size_t queries() const { return batch * heads; }  // rows of q, O, L
     std::size_t cache_elements() const { return batch * kv_heads * capacity * D; }  // of K, V
     std::size_t kv_head_of(std::size_t head) const { return head / (heads / kv_heads); }
 };
