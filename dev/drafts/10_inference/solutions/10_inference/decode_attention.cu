@@ -136,21 +136,30 @@ __global__ void __launch_bounds__(kBlock)
 
 // out = (sum_s exp(m_s - M) o_s) / (sum_s exp(m_s - M) l_s) with M the largest m_s, and
 // lse = M + log of the denominator. An empty split (m = -FLT_MAX, l = 0, o = 0) adds nothing.
+// The splits' weights are computed once, in shared memory, by all threads together: then each
+// thread's loop over the splits is one coalesced load of o_s[d] per split.
 __global__ void decode_merge_kernel(float* workspace, __nv_bfloat16* out, float* lse, int heads,
                                     int D, int splits) {
+    __shared__ float weight[kDecodeMaxSplits], sum[kDecodeMaxSplits];
     const std::size_t row = static_cast<std::size_t>(blockIdx.y) * heads + blockIdx.x;
     const int d = threadIdx.x;
-    float M = -FLT_MAX;
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, split_state(workspace, row, s, D)[D]);
-    float sum = 0.0f, o = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-        const float* state = split_state(workspace, row, s, D);
-        const float w = expf(state[D] - M);
-        sum += w * state[D + 1];
-        o += w * state[d];
+    for (int s = d; s < splits; s += blockDim.x) {
+        weight[s] = split_state(workspace, row, s, D)[D];  // m_s, for now
+        sum[s] = split_state(workspace, row, s, D)[D + 1];
     }
-    out[row * D + d] = __float2bfloat16(o / sum);
-    if (d == 0) lse[row] = M + logf(sum);
+    __syncthreads();
+    float M = -FLT_MAX;
+    for (int s = 0; s < splits; ++s) M = fmaxf(M, weight[s]);
+    __syncthreads();  // every thread has read the maxima before they become weights
+    for (int s = d; s < splits; s += blockDim.x) weight[s] = expf(weight[s] - M);
+    __syncthreads();
+    float l = 0.0f, o = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+        l += weight[s] * sum[s];
+        o += weight[s] * split_state(workspace, row, s, D)[d];
+    }
+    out[row * D + d] = __float2bfloat16(o / l);
+    if (d == 0) lse[row] = M + logf(l);
 }
 
 void decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,

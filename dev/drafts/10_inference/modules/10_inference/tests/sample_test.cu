@@ -299,7 +299,7 @@ TEST_F(Sample, DistributionTopKTopP) {
     check_distribution(1000, {0.8f, 40, 0.9f}, Logits::ties, 65536, rng);
 }
 
-// A few hundred draws on the emulator: the same test, with less power.
+// 2048 draws, which the emulator runs too: the same test, with less power.
 TEST_F(Sample, DistributionSmall) {
     auto rng = test_rng();
     check_distribution(40, {1.0f, 20, 0.9f}, Logits::spread, 2048, rng);
