@@ -130,7 +130,8 @@ function(course_exercise)
   set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
   set(base "${EX_MODULE}.${EX_ID}")
   # For the trainer, which builds some exercises' files into libraries of its own (module 08).
-  set_property(GLOBAL PROPERTY "COURSE_EXERCISE_${EX_MODULE}/${EX_ID}" "${EX_FILE};${EX_MIN_SM}")
+  set_property(GLOBAL PROPERTY "COURSE_EXERCISE_${EX_MODULE}/${EX_ID}"
+               "${EX_FILE};${EX_MIN_SM};${EX_FAST_SOLUTION}")
   if(EX_LIBRARY STREQUAL "nccl")
     get_property(have_nccl GLOBAL PROPERTY COURSE_HAVE_NCCL)
     if(NOT have_nccl)

@@ -1,0 +1,144 @@
+#include "course/reference/inference.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+namespace ref = course::reference;
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---- Decode attention ----
+
+TEST(ReferenceDecodeAttention, KnownValues) {
+    // Two keys with scores 0 and ln 3: weights 1 : 3, so O = (v0 + 3 v1) / 4, L = ln 4.
+    ref::DecodeShape shape{1, 1, 1, 2, 1};
+    const std::vector<float> q{1.0f}, K{0.0f, static_cast<float>(std::log(3.0))}, V{4.0f, 8.0f};
+    const auto out = ref::decode_attention(q, K, V, {2}, shape, 1.0);
+    EXPECT_NEAR(out.O[0], 7.0, 1e-6);  // ln 3 rounded to a float
+    EXPECT_NEAR(out.L[0], std::log(4.0), 1e-7);
+}
+
+TEST(ReferenceDecodeAttention, PositionsPastTheLengthAreNeverRead) {
+    // Capacity 4, length 2: NaN in positions 2 and 3 must not reach O or L.
+    ref::DecodeShape shape{1, 1, 1, 4, 2};
+    const std::vector<float> q{0.5f, -1.0f};
+    const std::vector<float> K{1, 2, 3, 4, kNan, kNan, kNan, kNan};
+    const std::vector<float> V{1, -1, 2, -2, kNan, kNan, kNan, kNan};
+    const auto out = ref::decode_attention(q, K, V, {2}, shape, 0.7);
+    for (double o : out.O) EXPECT_TRUE(std::isfinite(o));
+    EXPECT_TRUE(std::isfinite(out.L[0]));
+}
+
+TEST(ReferenceDecodeAttention, GroupedQueryHeadsReadTheirGroupsCache) {
+    // 4 query heads over 2 key-value heads is 4 heads over the caches [kv0, kv0, kv1, kv1].
+    const std::size_t capacity = 5, D = 3;
+    ref::DecodeShape gqa{2, 4, 2, capacity, D}, mha{2, 4, 4, capacity, D};
+    std::vector<float> q(2 * 4 * D), K(2 * 2 * capacity * D), V(K.size());
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::sin(1.0f + i);
+    for (std::size_t i = 0; i < K.size(); ++i) K[i] = std::cos(0.3f * i), V[i] = std::sin(0.7f * i);
+    std::vector<float> K4, V4;
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t h = 0; h < 4; ++h) {
+            const std::size_t from = (b * 2 + h / 2) * capacity * D;
+            K4.insert(K4.end(), K.begin() + from, K.begin() + from + capacity * D);
+            V4.insert(V4.end(), V.begin() + from, V.begin() + from + capacity * D);
+        }
+    const std::vector<int> lengths{5, 3};
+    const auto a = ref::decode_attention(q, K, V, lengths, gqa, 0.5);
+    const auto b = ref::decode_attention(q, K4, V4, lengths, mha, 0.5);
+    for (std::size_t i = 0; i < a.O.size(); ++i) EXPECT_DOUBLE_EQ(a.O[i], b.O[i]);
+    for (std::size_t i = 0; i < a.L.size(); ++i) EXPECT_DOUBLE_EQ(a.L[i], b.L[i]);
+}
+
+TEST(ReferenceDecodeAttention, LargeScoresDoNotOverflow) {
+    // Scores of 1e4: exp overflows unless the maximum is taken out first.
+    ref::DecodeShape shape{1, 1, 1, 2, 1};
+    const auto out = ref::decode_attention({1e4f}, {1.0f, 1.0f}, {2.0f, 4.0f}, {2}, shape, 1.0);
+    EXPECT_NEAR(out.O[0], 3.0, 1e-12);
+    EXPECT_NEAR(out.L[0], 1e4 + std::log(2.0), 1e-9);
+}
+
+// ---- Sampling ----
+
+TEST(ReferenceSampling, OrderedKeyOrdersAsTheFloats) {
+    std::vector<float> values{-kInf, -3e38f, -2.5f, -1.0f, -1e-38f, -0.0f,
+                              0.0f,  1e-38f, 1.0f,  2.5f,  3e38f,   kInf};
+    for (std::size_t i = 1; i < values.size(); ++i)
+        EXPECT_LT(ref::ordered_key(values[i - 1]), ref::ordered_key(values[i])) << values[i];
+}
+
+TEST(ReferenceSampling, PlainSoftmaxWithTemperature) {
+    const float logits[] = {0.0f, static_cast<float>(std::log(3.0))};
+    const auto p = ref::sampling_distribution(logits, 2, {1.0f, 0, 1.0f});
+    EXPECT_NEAR(p[0], 0.25, 1e-7);
+    EXPECT_NEAR(p[1], 0.75, 1e-7);
+    // Temperature 0.5 squares the ratio: 1 : 9.
+    const auto sharp = ref::sampling_distribution(logits, 2, {0.5f, 0, 1.0f});
+    EXPECT_NEAR(sharp[0], 0.1, 1e-7);
+}
+
+TEST(ReferenceSampling, TopKKeepsEveryTieAtTheThreshold) {
+    // k = 2: the 2nd largest logit is 3, held by tokens 1 and 3: both kept, with token 0's 5.
+    const float logits[] = {5.0f, 3.0f, 1.0f, 3.0f, 2.0f};
+    const auto p = ref::sampling_distribution(logits, 5, {1.0f, 2, 1.0f});
+    EXPECT_GT(p[0], 0.0);
+    EXPECT_GT(p[1], 0.0);
+    EXPECT_GT(p[3], 0.0);
+    EXPECT_DOUBLE_EQ(p[1], p[3]);
+    EXPECT_EQ(p[2], 0.0);
+    EXPECT_EQ(p[4], 0.0);
+    EXPECT_NEAR(p[0] + p[1] + p[3], 1.0, 1e-12);
+}
+
+TEST(ReferenceSampling, TopPKeepsTheTokenThatCrossesP) {
+    // Probabilities 0.5, 0.3, 0.2 (logits ln 5, ln 3, ln 2): top_p 0.6 needs 0.5 + 0.3, so the
+    // second token, the one whose mass crosses 0.6, is kept; top_p 0.5 needs the first only.
+    const float logits[] = {static_cast<float>(std::log(2.0)), static_cast<float>(std::log(5.0)),
+                            static_cast<float>(std::log(3.0))};
+    const auto p = ref::sampling_distribution(logits, 3, {1.0f, 0, 0.6f});
+    EXPECT_EQ(p[0], 0.0);
+    EXPECT_NEAR(p[1], 0.5 / 0.8, 1e-7);
+    EXPECT_NEAR(p[2], 0.3 / 0.8, 1e-7);
+    const auto first = ref::sampling_distribution(logits, 3, {1.0f, 0, 0.5f});
+    EXPECT_NEAR(first[1], 1.0, 1e-7);
+    EXPECT_EQ(first[2], 0.0);
+    // The cumulative masses are 0.5, 0.8 and 1: the nearest to 0.6 is 0.5.
+    EXPECT_NEAR(ref::top_p_margin(logits, 3, {1.0f, 0, 0.6f}), 0.1, 1e-7);
+}
+
+TEST(ReferenceSampling, TopPAfterTopKUsesTheKeptMass) {
+    // Four equal-ish tokens and k = 2: top_p 0.6 of the two kept is both of them (each holds
+    // 0.5 of the kept mass), though two tokens hold only 0.5 of the whole row.
+    const float logits[] = {1.0f, 1.0f, 0.0f, 0.0f};
+    const auto p = ref::sampling_distribution(logits, 4, {1.0f, 2, 0.6f});
+    EXPECT_NEAR(p[0], 0.5, 1e-12);
+    EXPECT_NEAR(p[1], 0.5, 1e-12);
+}
+
+TEST(ReferenceSampling, MinusInfinityIsNeverKeptWithWeight) {
+    const float logits[] = {-kInf, 0.0f, -kInf};
+    const auto p = ref::sampling_distribution(logits, 3, {1.0f, 3, 1.0f});
+    EXPECT_EQ(p[0], 0.0);
+    EXPECT_EQ(p[1], 1.0);
+    EXPECT_EQ(ref::draw(p, 0.999), 1);
+}
+
+TEST(ReferenceSampling, DrawWalksTheVocabularyInOrder) {
+    const std::vector<double> p{0.0, 0.25, 0.0, 0.5, 0.25};
+    EXPECT_EQ(ref::draw(p, 0.0), 1);
+    EXPECT_EQ(ref::draw(p, 0.2499), 1);
+    EXPECT_EQ(ref::draw(p, 0.25), 3);  // "exceeds": the boundary belongs to the next token
+    EXPECT_EQ(ref::draw(p, 0.7499), 3);
+    EXPECT_EQ(ref::draw(p, 0.9999), 4);
+    EXPECT_NEAR(ref::draw_margin(p, 0.3), 0.05, 1e-12);
+    EXPECT_NEAR(ref::draw_margin(p, 0.01), 0.01, 1e-12);
+}
+
+}  // namespace
