@@ -67,6 +67,11 @@ def _kernel_exercise(course: Course, selector: str, command: str) -> "Exercise":
                         f"{command} an exercise (e.g. `grader {command} 06/layernorm`); the "
                         "trainer's time per op: `train_gpt --kernels learner --profile` "
                         "(module 08's README, section 5)")
+    if chosen.is_torch:
+        raise UserError(f"{chosen.key} runs PyTorch's checks of your ops, not one kernel's checker: "
+                        f"{command} an exercise (e.g. `grader {command} 06/layernorm`); the ops' "
+                        "times against PyTorch's: `python3 -m course_torch bench --variant "
+                        "learner` (module 08's README, section 6)")
     return chosen
 
 
