@@ -5,18 +5,20 @@
 #      the same built for sm_75 and run from PTX; the untouched stubs (todo); every planted bug
 #      (or a part of these: the arguments go to accept.sh, e.g. --no-mutants, --only-mutants,
 #      --memcheck);
-#   2. the distribution lines of sample's chi-square tests and the timed lines of both checkers
-#      (figures.txt);
+#   2. the distribution lines of sample's and speculative_verify's statistical tests and the
+#      timed lines of the four checkers (figures.txt);
 #   3. the SASS evidence (sass.txt): per kernel of the module, registers, local memory (LDL/STL:
 #      none expected), the 16-byte loads of the caches (LDG.E.128), the shuffles and the shared
-#      atomics of the selects (ATOMS).
+#      atomics of the selects and of the first rejection (ATOMS).
 #
-#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --memcheck   # everything: about 5 min (estimate)
+#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --no-mutants --memcheck   # about 5 min
+#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --only-mutants            # about 5 min
 #
 # $OUT gets accept.sh's files (solutions.txt, oldest-arch.txt, stubs.txt, checking.txt,
 # mutants.txt, memcheck.txt), figures.txt and sass.txt; the end of the output is the tables.
-# Exit status: accept.sh's. (Times: estimates from two exercises of small checkers, not measured;
-# if it passes 550 s, run `--no-mutants --memcheck` and `--only-mutants` as two commands.)
+# Exit status: accept.sh's. (Times: estimates, not measured: four small checkers, and 24 planted
+# bugs of one rebuilt solution each, eight copies side by side; the figures and the SASS come
+# from the solutions' build, so the --only-mutants run leaves them empty.)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-build/verify10}
@@ -45,10 +47,10 @@ if [ -x "${binaries[0]}" ]; then
     for binary in "${binaries[@]}"; do
       echo "== $binary"
       cuobjdump -res-usage "$binary" 2>/dev/null |
-        grep -A1 -E "Function .*(decode|sample)" | grep -E "Function|REG" |
+        grep -A1 -E "Function .*(decode|sample|speculative|topk)" | grep -E "Function|REG" |
         sed -E 's/ +TEXTURE.*//'
       cuobjdump -sass "$binary" 2>/dev/null | awk '
-        /Function :/ { kernel = $3; keep = kernel ~ /decode|sample/ }
+        /Function :/ { kernel = $3; keep = kernel ~ /decode|sample|speculative|topk/ }
         keep && match($0, /(LDG\.E\.128|LDG\.E\.64|LDG\.E|SHFL\.[A-Z]+|ATOMS\.[A-Z0-9.]+|MUFU\.EX2|LDL|STL)[.A-Z0-9_]*/) {
           count[kernel " " substr($0, RSTART, RLENGTH)]++
         }

@@ -211,6 +211,24 @@ TEST(ReferenceSpeculative, OutputFollowsTheTargetDistribution) {
     for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], p[i], 1e-3) << i;
 }
 
+// ---- Top-k ----
+
+TEST(ReferenceTopK, LargestFirstTiesBySmallerIndex) {
+    // k = 4: 9 (index 4), then the three 5s at 1, 3 and 6 compete for three places; the 2 is out.
+    const float row[] = {2.0f, 5.0f, 1.0f, 5.0f, 9.0f, -3.0f, 5.0f};
+    EXPECT_EQ(ref::topk_indices(row, 7, 4), (std::vector<int>{4, 1, 3, 6}));
+    // k = 3: the tie at the threshold keeps the smallest indices, 1 and 3, not 6.
+    EXPECT_EQ(ref::topk_indices(row, 7, 3), (std::vector<int>{4, 1, 3}));
+    EXPECT_EQ(ref::topk_indices(row, 7, 7), (std::vector<int>{4, 1, 3, 6, 0, 2, 5}));
+}
+
+TEST(ReferenceTopK, InfinitiesAndSignedZeros) {
+    // +inf first, -inf last; -0 just below +0 (the order of the floats' keys).
+    const float row[] = {-0.0f, -kInf, 0.0f, kInf, -1.0f};
+    EXPECT_EQ(ref::topk_indices(row, 5, 5), (std::vector<int>{3, 2, 0, 4, 1}));
+    EXPECT_THROW(ref::topk_indices(row, 5, 6), std::invalid_argument);
+}
+
 // ---- Distribution tests ----
 
 TEST(ReferenceChiSquare, CriticalValuesAreTheOneInAMillionQuantiles) {

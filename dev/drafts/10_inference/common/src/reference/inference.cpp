@@ -173,6 +173,18 @@ std::vector<double> residual_distribution(const float* p, const float* q, std::s
     return r;
 }
 
+std::vector<int> topk_indices(const float* row, std::size_t vocab, std::size_t k) {
+    if (k > vocab) throw std::invalid_argument("topk: k > vocab");
+    std::vector<int> order(vocab);
+    for (std::size_t i = 0; i < vocab; ++i) order[i] = static_cast<int>(i);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+        const unsigned ka = ordered_key(row[a]), kb = ordered_key(row[b]);
+        return ka != kb ? ka > kb : a < b;
+    });
+    order.resize(k);
+    return order;
+}
+
 double chi_square_critical(double df) {
     // The cube root of chi-square / df is nearly normal with mean 1 - 2 / (9 df) and variance
     // 2 / (9 df); z = 4.753 leaves 1e-6 of the normal above it.

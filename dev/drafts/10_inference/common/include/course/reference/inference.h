@@ -22,6 +22,9 @@
 // is drawn (draw() above) from the residual max(0, p_n - q_n) renormalized, or from p_gamma when
 // all gamma were accepted (the bonus token).
 //
+// Top-k: the k largest values of a row, largest first; equal values by index, the smaller
+// first; the order of values is that of ordered_key (below: -0 just below +0).
+//
 // The distribution tests of the sampling exercises: Pearson's chi-square statistic of counts
 // against expected probabilities, and its critical value.
 #pragma once
@@ -126,6 +129,11 @@ std::vector<double> residual_weights(const float* p, const float* q, std::size_t
 // The same renormalized to sum 1 (throws when its mass is 0): what the draw after a rejection
 // is drawn from.
 std::vector<double> residual_distribution(const float* p, const float* q, std::size_t vocab);
+
+// ---- Top-k ----
+
+// The indices of the k largest values of a row, in the order above (k <= vocab).
+std::vector<int> topk_indices(const float* row, std::size_t vocab, std::size_t k);
 
 // ---- Distribution tests ----
 
