@@ -39,7 +39,7 @@ make_tree() {
   fi
   # Refresh: the draft's newer files where move_into_place.sh put them, their times kept (after a
   # change to course.patch, or a file removed from the draft, delete the tree).
-  for path in modules/$module solutions/$module; do
+  for path in modules/$module solutions/$module dev/emu/modules/$module; do
     cp -a -u "$draft/$path/." "$tree/$path/"
   done
   for path in notes/$module.md common/include/course/reference/inference.h \

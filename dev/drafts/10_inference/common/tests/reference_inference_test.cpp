@@ -229,6 +229,27 @@ TEST(ReferenceTopK, InfinitiesAndSignedZeros) {
     EXPECT_THROW(ref::topk_indices(row, 5, 6), std::invalid_argument);
 }
 
+// ---- Pairwise cosine distances ----
+
+TEST(ReferencePairwiseCosine, KnownDistances) {
+    const float x[] = {1.0f, 0.0f}, y[] = {0.0f, 3.0f}, z[] = {-2.0f, 0.0f}, w[] = {5.0f, 5.0f};
+    EXPECT_NEAR(ref::cosine_distance(x, y, 2), 1.0, 1e-15);  // orthogonal
+    EXPECT_NEAR(ref::cosine_distance(x, z, 2), 2.0, 1e-15);  // opposite, whatever the norms
+    EXPECT_NEAR(ref::cosine_distance(x, x, 2), 0.0, 1e-15);
+    EXPECT_NEAR(ref::cosine_distance(x, w, 2), 1.0 - std::sqrt(0.5), 1e-15);
+}
+
+TEST(ReferencePairwiseCosine, MeanEqualsTheAverageOverPairs) {
+    const std::size_t N = 7, D = 5;
+    std::vector<float> X(N * D);
+    for (std::size_t i = 0; i < X.size(); ++i) X[i] = std::sin(0.7f * i + 1.0f) * (1 + i % 3);
+    double sum = 0.0;
+    for (std::size_t i = 0; i < N; ++i)
+        for (std::size_t j = i + 1; j < N; ++j)
+            sum += ref::cosine_distance(&X[i * D], &X[j * D], D);
+    EXPECT_NEAR(ref::mean_cosine_distance(X, N, D), sum / (N * (N - 1) / 2), 1e-12);
+}
+
 // ---- Distribution tests ----
 
 TEST(ReferenceChiSquare, CriticalValuesAreTheOneInAMillionQuantiles) {

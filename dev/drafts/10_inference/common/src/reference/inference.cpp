@@ -185,6 +185,34 @@ std::vector<int> topk_indices(const float* row, std::size_t vocab, std::size_t k
     return order;
 }
 
+double cosine_distance(const float* x, const float* y, std::size_t D) {
+    double dot = 0.0, xx = 0.0, yy = 0.0;
+    for (std::size_t k = 0; k < D; ++k) {
+        dot += static_cast<double>(x[k]) * y[k];
+        xx += static_cast<double>(x[k]) * x[k];
+        yy += static_cast<double>(y[k]) * y[k];
+    }
+    if (xx == 0.0 || yy == 0.0) throw std::invalid_argument("cosine_distance: a zero vector");
+    return 1.0 - dot / std::sqrt(xx * yy);
+}
+
+double mean_cosine_distance(const std::vector<float>& X, std::size_t N, std::size_t D) {
+    if (N < 2 || X.size() != N * D) throw std::invalid_argument("mean_cosine_distance: shape");
+    std::vector<double> sum(D, 0.0);
+    for (std::size_t i = 0; i < N; ++i) {
+        const float* x = &X[i * D];
+        double norm = 0.0;
+        for (std::size_t k = 0; k < D; ++k) norm += static_cast<double>(x[k]) * x[k];
+        if (norm == 0.0) throw std::invalid_argument("mean_cosine_distance: a zero row");
+        norm = std::sqrt(norm);
+        for (std::size_t k = 0; k < D; ++k) sum[k] += x[k] / norm;
+    }
+    double square = 0.0;
+    for (double v : sum) square += v * v;
+    const double pairs = 0.5 * static_cast<double>(N) * static_cast<double>(N - 1);
+    return 1.0 - 0.5 * (square - static_cast<double>(N)) / pairs;
+}
+
 double chi_square_critical(double df) {
     // The cube root of chi-square / df is nearly normal with mean 1 - 2 / (9 df) and variance
     // 2 / (9 df); z = 4.753 leaves 1e-6 of the normal above it.

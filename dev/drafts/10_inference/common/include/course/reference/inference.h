@@ -25,6 +25,8 @@
 // Top-k: the k largest values of a row, largest first; equal values by index, the smaller
 // first; the order of values is that of ordered_key (below: -0 just below +0).
 //
+// Pairwise cosine distances: d_ij = 1 - x_i . x_j / (|x_i| |x_j|) for i < j, and their mean.
+//
 // The distribution tests of the sampling exercises: Pearson's chi-square statistic of counts
 // against expected probabilities, and its critical value.
 #pragma once
@@ -134,6 +136,15 @@ std::vector<double> residual_distribution(const float* p, const float* q, std::s
 
 // The indices of the k largest values of a row, in the order above (k <= vocab).
 std::vector<int> topk_indices(const float* row, std::size_t vocab, std::size_t k);
+
+// ---- Pairwise cosine distances ----
+
+// 1 - x . y / (|x| |y|) of two vectors of D elements, in double.
+double cosine_distance(const float* x, const float* y, std::size_t D);
+
+// The mean of d_ij over every pair i < j of the N rows of X ([N][D]), in O(N D): with unit
+// vectors u_i = x_i / |x_i|, sum_{i<j} cos_ij = (|sum_i u_i|^2 - N) / 2.
+double mean_cosine_distance(const std::vector<float>& X, std::size_t N, std::size_t D);
 
 // ---- Distribution tests ----
 
