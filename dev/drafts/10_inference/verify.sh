@@ -12,7 +12,7 @@
 #      atomics of the selects and of the first rejection (ATOMS), pairwise_cosine's tensor-core
 #      instructions (HMMA, LDSM: ldmatrix, LDGSTS: cp.async).
 #
-#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --no-mutants --memcheck   # about 5 min
+#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --no-mutants --memcheck   # about 7 min
 #   OUT=$OUT bash dev/drafts/10_inference/verify.sh --only-mutants            # about 5 min
 #
 # $OUT gets accept.sh's files (solutions.txt, oldest-arch.txt, stubs.txt, checking.txt,
@@ -41,7 +41,7 @@ if [ -x "${binaries[0]}" ]; then
   for binary in "${binaries[@]}"; do
     echo "== $binary"
     "$binary" --gtest_color=no 2>&1 |
-      grep -E "^\[distribution\]|GB/s|FAILED|^\[  PASSED|SKIPPED \]"
+      grep -E "^\[distribution\]|GB/s|TFLOP/s|FAILED|^\[  PASSED|SKIPPED \]"
   done > "$out/figures.txt" 2>&1
 
   {
