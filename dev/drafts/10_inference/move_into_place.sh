@@ -7,7 +7,8 @@
 # Moves modules/10_inference, solutions/10_inference, notes/10_inference.md and the CPU references
 # of its exercises with their host tests (common/.../reference/inference.h,
 # common/src/reference/inference.cpp, common/tests/reference_inference_test.cpp: CMake globs
-# them) into place, applies course.patch where there is one (the shared files that name the
+# them) and the emulator's header for pairwise_cosine's tensor cores (dev/emu/modules/10_inference)
+# into place, applies course.patch where there is one (the shared files that name the
 # module), and removes the draft folder.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -16,7 +17,7 @@ cd "$root"
 [ -d "$draft/modules/10_inference" ] || { echo "nothing to move: $draft is gone" >&2; exit 2; }
 paths=(modules/10_inference solutions/10_inference notes/10_inference.md
        common/include/course/reference/inference.h common/src/reference/inference.cpp
-       common/tests/reference_inference_test.cpp)
+       common/tests/reference_inference_test.cpp dev/emu/modules/10_inference)
 for path in "${paths[@]}"; do
   [ ! -e "$path" ] || { echo "$path exists already" >&2; exit 2; }
 done

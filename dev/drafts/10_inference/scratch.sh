@@ -11,9 +11,11 @@
 #   build    for each architecture of ARCHS (default 90 75): configure build/sm<NN> in the copy
 #            (learner and solution variants) and build every target of module 10, the harness's
 #            host tests and the emulated checkers (sm 90 only)
-#   test     the host tests of the references (harness.host), then module 10's readable solutions
+#   test     the host tests of the references (harness.host) and the baselines' load test (its
+#            table ends with topk's segmented sort), then module 10's readable solutions
 #            with their real checkers on the CPU emulator (dev/emu: correctness cases only)
-#   mutants  the planted bugs, on the emulator (grader check --mutants --emulate 10)
+#   mutants  the planted bugs, on the emulator (grader check --mutants --emulate 10, or the
+#            selector given as the second argument: 10/topk)
 # JOBS (default 2) is ninja's -j.
 set -euo pipefail
 draft=$(cd "$(dirname "$0")" && pwd)
@@ -29,11 +31,15 @@ make_tree() {
     tar -C "$root" --exclude=./build --exclude=./.git --exclude=./.grader --exclude=./.venv \
       -cf - . | tar -xf - -C "$tree"
     bash "$tree/dev/drafts/$module/move_into_place.sh"
+    # The copy's emulator runs module 10 (a draft is in no default list): the grader's emulated
+    # tree for the planted bugs (build/mutants-emulated) then builds its checkers.
+    sed -i "s/^set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention 08_training/& $module/" \
+      "$tree/dev/emu/Emulate.cmake"
     return
   fi
   # Refresh: the draft's newer files where move_into_place.sh put them, their times kept (after a
   # change to course.patch, or a file removed from the draft, delete the tree).
-  for path in modules/$module solutions/$module; do
+  for path in modules/$module solutions/$module dev/emu/modules/$module; do
     cp -a -u "$draft/$path/." "$tree/$path/"
   done
   for path in notes/$module.md common/include/course/reference/inference.h \
@@ -54,7 +60,7 @@ build() {
     fi
     local targets
     targets=$(ninja -C "$dir" -t targets all | grep -oE "^$module\.[a-z0-9_]+\.[a-z_]+" | sort -u)
-    [ "$arch" = 90 ] && targets="$targets course_harness_tests"
+    [ "$arch" = 90 ] && targets="$targets course_harness_tests course_baselines_load_test"
     echo "== sm_$arch: $(echo "$targets" | wc -w) targets"
     ninja -C "$dir" -j "$jobs" -k 0 $targets
   done
@@ -62,19 +68,20 @@ build() {
 
 run_tests() {
   local dir=$tree/build/sm90
-  "$dir/common/course_harness_tests" --gtest_color=no --gtest_brief=1 --gtest_filter='Reference*Decode*:ReferenceSampling*:ReferenceSpeculative*'
+  "$dir/common/course_harness_tests" --gtest_color=no --gtest_brief=1 --gtest_filter='Reference*Decode*:ReferenceSampling*:ReferenceSpeculative*:ReferenceTopK*:ReferenceChiSquare*'
+  "$dir/common/course_baselines_load_test" --gtest_color=no --gtest_brief=1
   (cd "$dir" && ctest -L emulated --output-on-failure)
 }
 
 mutants() {
-  (cd "$tree" && "$root/.venv/bin/python" -m grader check --mutants --emulate $module)
+  (cd "$tree" && "$root/.venv/bin/python" -m grader check --mutants --emulate "${1:-$module}")
 }
 
 case "${1:-all}" in
   tree) make_tree ;;
   build) make_tree && build ;;
   test) run_tests ;;
-  mutants) mutants ;;
+  mutants) mutants "${2:-}" ;;
   all) make_tree && build && run_tests ;;
   *) echo "usage: $0 [tree|build|test|mutants|all]" >&2; exit 2 ;;
 esac

@@ -132,4 +132,116 @@ double top_p_margin(const float* logits, std::size_t vocab, const SamplingParams
     return margin;
 }
 
+std::size_t speculative_accepted(const float* p, const float* q, const int* drafts,
+                                 const float* uniforms, std::size_t gamma, std::size_t vocab) {
+    for (std::size_t i = 0; i < gamma; ++i) {
+        const int t = drafts[i];
+        if (t < 0 || static_cast<std::size_t>(t) >= vocab)
+            throw std::invalid_argument("speculative_verify: a draft token outside [0, vocab)");
+        const double target = p[i * vocab + t], draft = q[i * vocab + t];
+        if (!(draft > 0.0))
+            throw std::invalid_argument("speculative_verify: a draft token of probability 0");
+        if (!(uniforms[i] < target / draft)) return i;
+    }
+    return gamma;
+}
+
+Verification speculative_verify(const float* p, const float* q, const int* drafts,
+                                const float* uniforms, double residual_uniform, std::size_t gamma,
+                                std::size_t vocab) {
+    const std::size_t n = speculative_accepted(p, q, drafts, uniforms, gamma, vocab);
+    Verification out{static_cast<int>(n), std::vector<int>(gamma + 1, -1)};
+    std::copy(drafts, drafts + n, out.tokens.begin());
+    const auto r = residual_distribution(p + n * vocab, n < gamma ? q + n * vocab : nullptr, vocab);
+    out.tokens[n] = draw(r, residual_uniform);
+    return out;
+}
+
+std::vector<double> residual_weights(const float* p, const float* q, std::size_t vocab) {
+    std::vector<double> r(vocab);
+    for (std::size_t i = 0; i < vocab; ++i)
+        r[i] = std::max(0.0, static_cast<double>(p[i]) - (q ? static_cast<double>(q[i]) : 0.0));
+    return r;
+}
+
+std::vector<double> residual_distribution(const float* p, const float* q, std::size_t vocab) {
+    std::vector<double> r = residual_weights(p, q, vocab);
+    double mass = 0.0;
+    for (double v : r) mass += v;
+    if (!(mass > 0.0)) throw std::invalid_argument("speculative_verify: a residual of mass 0");
+    for (double& v : r) v /= mass;
+    return r;
+}
+
+std::vector<int> topk_indices(const float* row, std::size_t vocab, std::size_t k) {
+    if (k > vocab) throw std::invalid_argument("topk: k > vocab");
+    std::vector<int> order(vocab);
+    for (std::size_t i = 0; i < vocab; ++i) order[i] = static_cast<int>(i);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+        const unsigned ka = ordered_key(row[a]), kb = ordered_key(row[b]);
+        return ka != kb ? ka > kb : a < b;
+    });
+    order.resize(k);
+    return order;
+}
+
+double cosine_distance(const float* x, const float* y, std::size_t D) {
+    double dot = 0.0, xx = 0.0, yy = 0.0;
+    for (std::size_t k = 0; k < D; ++k) {
+        dot += static_cast<double>(x[k]) * y[k];
+        xx += static_cast<double>(x[k]) * x[k];
+        yy += static_cast<double>(y[k]) * y[k];
+    }
+    if (xx == 0.0 || yy == 0.0) throw std::invalid_argument("cosine_distance: a zero vector");
+    return 1.0 - dot / std::sqrt(xx * yy);
+}
+
+double mean_cosine_distance(const std::vector<float>& X, std::size_t N, std::size_t D) {
+    if (N < 2 || X.size() != N * D) throw std::invalid_argument("mean_cosine_distance: shape");
+    std::vector<double> sum(D, 0.0);
+    for (std::size_t i = 0; i < N; ++i) {
+        const float* x = &X[i * D];
+        double norm = 0.0;
+        for (std::size_t k = 0; k < D; ++k) norm += static_cast<double>(x[k]) * x[k];
+        if (norm == 0.0) throw std::invalid_argument("mean_cosine_distance: a zero row");
+        norm = std::sqrt(norm);
+        for (std::size_t k = 0; k < D; ++k) sum[k] += x[k] / norm;
+    }
+    double square = 0.0;
+    for (double v : sum) square += v * v;
+    const double pairs = 0.5 * static_cast<double>(N) * static_cast<double>(N - 1);
+    return 1.0 - 0.5 * (square - static_cast<double>(N)) / pairs;
+}
+
+double chi_square_critical(double df) {
+    // The cube root of chi-square / df is nearly normal with mean 1 - 2 / (9 df) and variance
+    // 2 / (9 df); z = 4.753 leaves 1e-6 of the normal above it.
+    const double a = 2.0 / (9.0 * df);
+    return df * std::pow(1.0 - a + 4.753 * std::sqrt(a), 3.0);
+}
+
+ChiSquare chi_square(const std::vector<std::size_t>& counts, const std::vector<double>& p,
+                     std::size_t draws) {
+    if (counts.size() != p.size()) throw std::invalid_argument("chi_square: sizes differ");
+    ChiSquare result;
+    double pooled_expected = 0.0, pooled_observed = 0.0;
+    const auto add = [&](double observed, double expected) {
+        result.statistic += (observed - expected) * (observed - expected) / expected;
+        ++result.bins;
+    };
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        const double expected = p[i] * static_cast<double>(draws);
+        if (expected == 0.0) continue;
+        if (expected < 5.0) {
+            pooled_expected += expected;
+            pooled_observed += static_cast<double>(counts[i]);
+            continue;
+        }
+        add(static_cast<double>(counts[i]), expected);
+    }
+    if (pooled_expected > 0.0) add(pooled_observed, pooled_expected);
+    result.critical = result.bins >= 2 ? chi_square_critical(result.bins - 1) : 0.0;
+    return result;
+}
+
 }  // namespace course::reference

@@ -223,16 +223,8 @@ TEST_F(Sample, TopKAndTopP) {
 
 // ---- The distribution ----
 
-// The 1 - 1e-6 quantile of chi-square with `df` degrees of freedom (Wilson-Hilferty: the cube
-// root of chi-square / df is nearly normal; z = 4.753 leaves 1e-6 above it).
-double chi_square_critical(double df) {
-    const double a = 2.0 / (9.0 * df);
-    return df * std::pow(1.0 - a + 4.753 * std::sqrt(a), 3.0);
-}
-
 // `draws` tokens from copies of one row, each with its own uniform; their counts against the
-// target distribution. Tokens of expected count below 5 are pooled into one bin (the test's
-// approximation needs it).
+// target distribution (ref::chi_square: rare tokens pooled, a false alarm once in a million).
 void check_distribution(std::size_t vocab, ref::SamplingParams params, Logits kind,
                         std::size_t draws, course::Rng& rng) {
     const auto row = random_row(vocab, kind, rng);
@@ -254,34 +246,16 @@ void check_distribution(std::size_t vocab, ref::SamplingParams params, Logits ki
                                  << ", whose probability is 0 (cut by top-k or top-p)";
         ++counts[token];
     }
-    double statistic = 0.0, pooled_expected = 0.0, pooled_observed = 0.0;
-    int bins = 0;
-    for (std::size_t i = 0; i < vocab; ++i) {
-        const double expected = p[i] * draws;
-        if (expected == 0.0) continue;
-        if (expected < 5.0) {
-            pooled_expected += expected;
-            pooled_observed += counts[i];
-            continue;
-        }
-        statistic += (counts[i] - expected) * (counts[i] - expected) / expected;
-        ++bins;
-    }
-    if (pooled_expected > 0.0) {
-        statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) /
-                     pooled_expected;
-        ++bins;
-    }
-    ASSERT_GE(bins, 2) << "the row keeps fewer than 2 tokens: nothing to test";
-    const double critical = chi_square_critical(bins - 1);
+    const auto result = ref::chi_square(counts, p, draws);
+    ASSERT_GE(result.bins, 2) << "the row keeps fewer than 2 tokens: nothing to test";
     std::printf(
         "[distribution] %zu draws over %d bins: chi-square %.1f (%d degrees of freedom; "
         "fails above %.1f)\n",
-        draws, bins, statistic, bins - 1, critical);
-    EXPECT_LE(statistic, critical)
+        draws, result.bins, result.statistic, result.bins - 1, result.critical);
+    EXPECT_LE(result.statistic, result.critical)
         << "the tokens drawn are not distributed as the target probabilities (chi-square "
-        << statistic << " with " << bins - 1 << " degrees of freedom; a correct sampler exceeds "
-        << critical
+        << result.statistic << " with " << result.bins - 1
+        << " degrees of freedom; a correct sampler exceeds " << result.critical
         << " once in a million runs). The fixed draws above may still pass: a "
            "mistake that moves only some draws (a mass summed twice, a tile of the scan "
            "skipped) shows here";

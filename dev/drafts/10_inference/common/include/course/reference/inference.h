@@ -16,6 +16,19 @@
 //   4. p_i = e_i / (sum of the kept e_i) for kept tokens, 0 for the others.
 // The draw for a uniform u in [0, 1) is the first token i, in vocabulary order, whose cumulative
 // probability p_0 + ... + p_i exceeds u.
+//
+// Speculative verification (one sequence): draft token t_i, drawn from q_i, is accepted when
+// u_i < p_i(t_i) / q_i(t_i); n is the number accepted before the first rejection; then one token
+// is drawn (draw() above) from the residual max(0, p_n - q_n) renormalized, or from p_gamma when
+// all gamma were accepted (the bonus token).
+//
+// Top-k: the k largest values of a row, largest first; equal values by index, the smaller
+// first; the order of values is that of ordered_key (below: -0 just below +0).
+//
+// Pairwise cosine distances: d_ij = 1 - x_i . x_j / (|x_i| |x_j|) for i < j, and their mean.
+//
+// The distribution tests of the sampling exercises: Pearson's chi-square statistic of counts
+// against expected probabilities, and its critical value.
 #pragma once
 
 #include <algorithm>
@@ -92,6 +105,65 @@ double draw_margin(const std::vector<double>& distribution, double u);
 // kept mass of each distinct logit value, after top-k, over Z): the same ambiguity for the
 // threshold. Infinity when top_p is 1 (off).
 double top_p_margin(const float* logits, std::size_t vocab, const SamplingParams& params);
+
+// ---- Speculative decoding ----
+
+// The result of verifying one sequence: `accepted` draft tokens kept (0 .. gamma) and the
+// tokens emitted, gamma + 1 of them: the accepted drafts, the drawn token, then -1.
+struct Verification {
+    int accepted = 0;
+    std::vector<int> tokens;
+};
+
+// p: gamma + 1 rows of `vocab` probabilities (the target's), q: gamma rows (the draft's),
+// drafts: gamma tokens, uniforms: gamma, residual_uniform: the draw's.
+Verification speculative_verify(const float* p, const float* q, const int* drafts,
+                                const float* uniforms, double residual_uniform, std::size_t gamma,
+                                std::size_t vocab);
+
+// The number of draft tokens accepted before the first rejection (0 .. gamma).
+std::size_t speculative_accepted(const float* p, const float* q, const int* drafts,
+                                 const float* uniforms, std::size_t gamma, std::size_t vocab);
+
+// max(0, p_i - q_i) for every token, not renormalized; with q == nullptr (the bonus token), p.
+std::vector<double> residual_weights(const float* p, const float* q, std::size_t vocab);
+
+// The same renormalized to sum 1 (throws when its mass is 0): what the draw after a rejection
+// is drawn from.
+std::vector<double> residual_distribution(const float* p, const float* q, std::size_t vocab);
+
+// ---- Top-k ----
+
+// The indices of the k largest values of a row, in the order above (k <= vocab).
+std::vector<int> topk_indices(const float* row, std::size_t vocab, std::size_t k);
+
+// ---- Pairwise cosine distances ----
+
+// 1 - x . y / (|x| |y|) of two vectors of D elements, in double.
+double cosine_distance(const float* x, const float* y, std::size_t D);
+
+// The mean of d_ij over every pair i < j of the N rows of X ([N][D]), in O(N D): with unit
+// vectors u_i = x_i / |x_i|, sum_{i<j} cos_ij = (|sum_i u_i|^2 - N) / 2.
+double mean_cosine_distance(const std::vector<float>& X, std::size_t N, std::size_t D);
+
+// ---- Distribution tests ----
+
+// Pearson's statistic of `counts` (how often each token came out of `draws` draws) against the
+// probabilities `p`; tokens with expected count below 5 pooled into one bin (the chi-square
+// approximation needs it), tokens of probability 0 left out (the caller checks that none came
+// out). `critical` is the 1 - 1e-6 quantile for `bins` - 1 degrees of freedom: a correct sampler
+// exceeds it once in a million runs.
+struct ChiSquare {
+    double statistic = 0.0;
+    int bins = 0;
+    double critical = 0.0;
+};
+ChiSquare chi_square(const std::vector<std::size_t>& counts, const std::vector<double>& p,
+                     std::size_t draws);
+
+// The 1 - 1e-6 quantile of the chi-square distribution with `df` degrees of freedom
+// (Wilson-Hilferty).
+double chi_square_critical(double df);
 
 // The logits' ordered key: an unsigned integer that orders as the floats do (-0 just below +0),
 // the digits of the radix selects of the module's sampling and top-k.
