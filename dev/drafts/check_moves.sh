@@ -13,15 +13,18 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 base=$root/build/drafts-moves
-drafts=$(cd "$root/dev/drafts" && ls -d [0-9][0-9]_*/ | tr -d /)
+drafts=()
+for folder in "$root"/dev/drafts/[0-9][0-9]_*/; do
+  [ -d "$folder" ] && drafts+=("$(basename "$folder")")
+done
 rm -rf "$base"
 status=0
 problem() { echo "  PROBLEM: $*"; status=1; }
 
 orders=()
-for a in $drafts; do
+for a in "${drafts[@]}"; do
   orders+=("$a")
-  for b in $drafts; do [ "$a" = "$b" ] || orders+=("$a $b"); done
+  for b in "${drafts[@]}"; do [ "$a" = "$b" ] || orders+=("$a $b"); done
 done
 for order in "${orders[@]}"; do
   copy=$base/${order// /+}
