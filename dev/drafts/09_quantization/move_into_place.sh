@@ -1,38 +1,73 @@
 #!/usr/bin/env bash
 # Moves module 09 from its draft folder to where the course picks it up, in the checkout this
-# script lies in (or in a copy of it without .git: then with plain mv and patch).
+# script lies in (or in a copy of it without .git, like build/draft09/tree: then outside git's
+# index).
 #
-#   dev/drafts/09_quantization/move_into_place.sh
+#   dev/drafts/09_quantization/move_into_place.sh      # PYTHON=... to name the grader's Python
 #
 # Moves modules/09_quantization, solutions/09_quantization, notes/09_quantization.md, the CPU
 # references of its formats with their host tests (common/.../reference/quantize.h,
 # common/src/reference/quantize.cpp, common/tests/reference_quantize_test.cpp: CMake globs them)
 # and the emulator's header for its tensor-core exercises (dev/emu/modules/09_quantization) into
-# place, applies course.patch (the shared files that name the module: README and ROADMAP rows, the
-# ROADMAP plan, module 11's week, the emulator's list of modules and the intrinsics module 09's
-# kernels call), and removes the draft folder.
-set -euo pipefail
+# place, applies course.patch (the shared files that name the module: the README's rows, the
+# emulator's list of modules and what module 09's kernels need of it), writes the grader's blocks
+# of progress.md and ROADMAP.md again (dev/regenerate_blocks.py: the module's week, 13, is planned
+# in grader/templates/roadmap_checklist.md.j2 already), and removes the draft folder.
+#
+# Everything is checked before anything changes: a path already in place, a hunk of course.patch
+# that does not apply (git apply --check: all or nothing), a Python without the grader's packages
+# (PYTHON, else the checkout's .venv/bin/python, else python3) stop it with the reason and exit
+# status 2, the tree untouched.
+set -Eeuo pipefail  # -E: the ERR trap below fires inside the functions too
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 draft=dev/drafts/09_quantization
 cd "$root"
-[ -d "$draft/modules/09_quantization" ] || { echo "nothing to move: $draft is gone" >&2; exit 2; }
+refuse() { echo "move_into_place.sh: $*; nothing was changed" >&2; exit 2; }
+
+[ -d "$draft/modules/09_quantization" ] || refuse "$draft is gone: module 09 has moved already"
 paths=(modules/09_quantization solutions/09_quantization notes/09_quantization.md
        common/include/course/reference/quantize.h common/src/reference/quantize.cpp
        common/tests/reference_quantize_test.cpp dev/emu/modules/09_quantization)
 for path in "${paths[@]}"; do
-  [ ! -e "$path" ] || { echo "$path exists already" >&2; exit 2; }
+  [ ! -e "$path" ] || refuse "$path is there already"
 done
-# A git checkout of its own (not a copy that merely lies inside one, like build/draft09/tree).
+
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  python=python3
+  [ ! -x .venv/bin/python ] || python=.venv/bin/python
+fi
+"$python" -c 'import sys; sys.path.insert(0, "."); import grader.progress' 2>/dev/null ||
+  refuse "$python cannot import the grader (dev/regenerate_blocks.py needs it): activate the" \
+         "course's virtual environment or set PYTHON"
+command -v git > /dev/null || refuse "git is needed (git apply applies course.patch)"
+
+# A git checkout of its own (not a copy that merely lies inside one, like build/draft09/tree):
+# through the index. Otherwise git apply works as patch does, once the checkout around the copy
+# is out of its sight.
 if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
+  in_git=1
+  apply() { git apply --index "$@"; }
   move() { git mv "$1" "$2"; }
-  apply() { git apply --index "$1"; }
   remove() { git rm -rq "$1"; }
 else
+  in_git=0
+  apply() { env -u GIT_DIR -u GIT_WORK_TREE GIT_CEILING_DIRECTORIES="$(dirname "$root")" git apply "$@"; }
   move() { mv "$1" "$2"; }
-  apply() { patch -s -p1 < "$1"; }
   remove() { rm -rf "$1"; }
 fi
+patch_file=$draft/course.patch
+if [ -f "$patch_file" ] && ! apply --check "$patch_file"; then
+  refuse "$patch_file does not apply to this checkout (the hunks above): write it again against" \
+         "main (dev/drafts/README.md says how)"
+fi
+
+trap 'echo "move_into_place.sh: stopped half-way (the step above failed): the tree is part moved" \
+  "(git status lists what changed; a copy: make it again)" >&2' ERR
+[ ! -f "$patch_file" ] || apply "$patch_file"
 for path in "${paths[@]}"; do move "$draft/$path" "$path"; done
-if [ -f "$draft/course.patch" ]; then apply "$draft/course.patch"; fi
+"$python" dev/regenerate_blocks.py
+[ "$in_git" = 0 ] || git add progress.md ROADMAP.md
 remove "$draft"
+trap - ERR
 echo "module 09 moved into place; dev/drafts/README.md still describes it: update that page"

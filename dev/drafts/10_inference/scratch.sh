@@ -30,7 +30,11 @@ make_tree() {
     mkdir -p "$tree"
     tar -C "$root" --exclude=./build --exclude=./.git --exclude=./.grader --exclude=./.venv \
       -cf - . | tar -xf - -C "$tree"
-    bash "$tree/dev/drafts/$module/move_into_place.sh"
+    # The copy has no virtual environment: the checkout's rewrites the copy's ROADMAP and
+    # progress. A refused move leaves no tree behind (the next call would take it for a moved one;
+    # set -e does not stop a function called in a && list).
+    PYTHON=${PYTHON:-$root/.venv/bin/python} bash "$tree/dev/drafts/$module/move_into_place.sh" ||
+      { rm -rf "$tree"; echo "scratch.sh: the move failed, the copy is removed" >&2; return 1; }
     # The copy's emulator runs module 10 (a draft is in no default list): the grader's emulated
     # tree for the planted bugs (build/mutants-emulated) then builds its checkers.
     sed -i "s/^set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention 08_training/& $module/" \
