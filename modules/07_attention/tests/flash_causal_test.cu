@@ -3,8 +3,9 @@
 // reference of common/ at T = 4096); scores in the hundreds (exp overflows without the row
 // maximum); each case run twice (the same bits both times); one head long enough that its T x T
 // scores would not fit in this GPU's memory. Then the FLOP rate at B 4, H 16, T 4096 next to
-// cuBLAS's materialized attention in float32, causal (FLOPs counted for the visible half); at D
-// 64 it must take at most 65% of cuBLAS's time, which skipping the masked tiles gives.
+// cuBLAS's materialized attention in float32, causal (FLOPs counted for the visible half), and the
+// causal run next to the same kernel's non-causal run: skipping the masked tiles makes it cost
+// about half.
 #include "attention_checks.h"
 #include "flash_causal.h"
 
@@ -44,27 +45,45 @@ TEST_F(FlashCausal, NoScoresBuffer) {
     no_scores_buffer<float>(kFlash, true, rng);
 }
 
-// The causal rate at D 64, judged: against cuBLAS's materialized causal attention, which computes
-// all T x T scores and masks half of them. A flash kernel that skips the fully masked tiles does
-// half that work, and at the readable solution's efficiency takes about half cuBLAS's time; one
-// that computes them and masks takes about as long as cuBLAS. The yardstick is the library's, not
-// the kernel's own non-causal run, which a non-causal path slowed on purpose would flatter.
 TEST_F(FlashCausal, RateD64) {
     auto rng = test_rng();
-    const Case c = timed_case(64, true);
-    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
-    const auto timing = time_forward<float>(kFlash, {{"cublas_attention_f32", cublas_f32}}, c, rng);
-    const double fraction = timing.learner.median_ms / timing.baseline.median_ms;
-    EXPECT_LE(fraction, 0.65)
-        << "the causal run takes " << 100 * fraction
-        << "% of the time of cuBLAS's materialized causal attention, which computes every score "
-           "and masks half: a flash kernel that skips the fully masked tiles takes at most 65%. "
-           "Stop the key loop at the tile holding the block's last query instead of masking them";
+    rate_f32(kFlash, 64, true, rng);
 }
 
 TEST_F(FlashCausal, RateD128) {
     auto rng = test_rng();
     rate_f32(kFlash, 128, true, rng);
+}
+
+// The causal run against the same kernel's non-causal run, in the same process: with the masked
+// tiles skipped it does half the work, so it takes clearly less than the non-causal time (at most
+// 65% of it; about 50% is the aim), whatever the kernel's efficiency. Judged against cuBLAS's causal
+// attention instead, the readable solution took 70% of its time on an H100 (its non-causal rate is
+// 81% of cuBLAS's): a bound there would fail a correct but slower skipping kernel with this message.
+// A non-causal path slowed on purpose would flatter this ratio; the D 64 rate above against cuBLAS
+// shows that in the table.
+TEST_F(FlashCausal, SkipsMaskedTiles) {
+    auto rng = test_rng();
+    const Case causal = timed_case(64, true), full = timed_case(64, false);
+    COURSE_REQUIRE_MEMORY(timed_forward_bytes(causal));
+    const Inputs in = make_inputs(causal, false, rng);
+    const std::size_t n = causal.shape.elements(), rows = causal.shape.rows();
+    course::DeviceBuffer<float> Q("Q", in.Q), K("K", in.K), V("V", in.V), O("O", n),
+        O_full("non-causal O", n), L("L", rows), L_full("non-causal L", rows);
+    const auto timing = course::time_against(
+        [&] { kFlash(Q, K, V, O, L, causal); }, [&] { kFlash(Q, K, V, O_full, L_full, full); },
+        {course::TimedOutput(O, output_tolerance(causal, false)),
+         course::TimedOutput(L, lse_tolerance(causal))},
+        {sign_flipped(Q)});
+    check_timed_forward(O, L, in, causal);
+    // Both rates count the same FLOPs, those of the causal half: their ratio is the speed-up.
+    course::record_flops(perf_label(causal) + " vs not causal", timing, forward_flops(causal),
+                         "flash_causal not causal", forward_flops(causal));
+    const double fraction = timing.learner.median_ms / timing.baseline.median_ms;
+    EXPECT_LE(fraction, 0.65)
+        << "the causal run takes " << 100 * fraction
+        << "% of the non-causal run's time: half the tiles are fully masked, skip them (stop the "
+           "key loop at the tile holding the block's last query) instead of masking them";
 }
 
 }  // namespace
