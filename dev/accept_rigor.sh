@@ -27,7 +27,7 @@ part=${1:-}
 bugs=(
   look_ahead_read_past_the_end skips_repeated_calls copies_a_kept_result               # 01
   computes_then_copies_a_kept_result load_guard_forgets_columns                        # 01, 02
-  tiles_of_16_rows byte_offset_in_an_int b_path_from_a_pointer b_path_from_k           # 04
+  tiles_of_16_rows byte_offset_in_32_bits b_path_from_a_pointer b_path_from_k           # 04
   b_fragment_row_major row_state_read_before_posted                                    # 05, 06
   pv_reads_one_key_past_T q_tile_read_past_T no_final_division_by_l L_without_the_max  # 07
   keys_past_T_not_masked no_shared_memory_opt_in no_barrier_after_the_copies_wait      # 07

@@ -39,13 +39,16 @@ std::string explain(cudaError_t status, const char* expression) {
                    "course::ceil_div, never n / per_block, which is 0 for a short n";
         case cudaErrorInvalidValue:
             if (!launch) return "";
+            // Drivers word a grid past its limits either way (invalid configuration, or this).
             return "\n  the GPU refused the launch's arguments: more dynamic shared memory than a "
                    "block gets by default (48 KB), above which a kernel must opt in first, "
                    "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                    "bytes) (course::opt_in_shared_bytes(kernel) does it and returns what this GPU "
-                   "allows); or a grid of 0 blocks (some drivers say this for it), a count of "
-                   "blocks rounded down (n / per_block for a short n) where course::ceil_div "
-                   "rounds up";
+                   "allows); or a grid past its limits (some drivers say this for it): at most "
+                   "65535 blocks along y and z (2^31 - 1 along x) and at least 1 along each. Put a "
+                   "long extent (the rows of a tall matrix, batch x heads) on grid.x, or give each "
+                   "block more of it; count blocks with course::ceil_div, never n / per_block, "
+                   "which is 0 for a short n";
         default:
             return "";
     }

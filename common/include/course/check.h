@@ -38,6 +38,18 @@ inline void cuda_check(cudaError_t status, const char* expression, const char* f
                                 (cuda_error_context ? cuda_error_context(status, expression) : ""));
 }
 
+// Runs `call`; a CudaError it throws goes on with `note` appended. For a case whose description
+// must reach the learner when the code under test throws (a learner's cudaMalloc that fails):
+// gtest reports an exception after the test's SCOPED_TRACEs are unwound, so they never show.
+template <class Call>
+void with_note_on_cuda_error(const std::string& note, Call&& call) {
+    try {
+        call();
+    } catch (const CudaError& error) {
+        throw CudaError(error.code(), std::string(error.what()) + "\n  " + note);
+    }
+}
+
 // Number of blocks of `per_block` items needed to cover `count` items: the last block may be
 // partial, so the kernel still needs its `if (i < n)` guard.
 template <class A, class B>

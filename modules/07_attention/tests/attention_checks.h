@@ -547,7 +547,7 @@ void no_scores_buffer(const ForwardRun<Elem>& run, bool causal, course::Rng& rng
     course::DeviceBuffer<Elem> Q("Q", device_values<Elem>(in.Q)), K("K", device_values<Elem>(in.K)),
         V("V", device_values<Elem>(in.V)), O("O", c.shape.elements());
     course::DeviceBuffer<float> L("L", c.shape.rows());
-    run(Q, K, V, O, L, c);
+    course::with_note_on_cuda_error(no_scores_note(c, bf16), [&] { run(Q, K, V, O, L, c); });
     const auto got_O = host_values<Elem>(O.download());
     const auto got_L = L.download();
     const auto rows = sampled_rows(T, rng);
