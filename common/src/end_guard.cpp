@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -172,22 +173,13 @@ std::string quoted_list(const std::vector<std::string>& names) {
     return text;
 }
 
-}  // namespace
-
-std::string describe_fault() {
-    if (probe_name()) std::_Exit(kProbeFaulted);  // a probe child: its parent wants to know this
-    // Once per process: the first illegal address is the learner's, every later one is the same
-    // sticky error. Not in a large case, which holds the machine's large-case lock (a child
-    // would wait for it) and says what its fault means itself (course/large.h).
-    static bool described = false;
-    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
-    if (described || live().empty() || !test || large_case_running()) return "";
-    described = true;
+// Which of the live inputs a fault of `test` needs fenced (describe_fault's text).
+std::string probe_inputs(const testing::TestInfo& test) {
     std::vector<std::string> names;
     for (const auto& [payload, input] : live())
         if (std::find(names.begin(), names.end(), input.name) == names.end())
             names.push_back(input.name);
-    const std::string filter = std::string(test->test_suite_name()) + "." + test->name();
+    const std::string filter = std::string(test.test_suite_name()) + "." + test.name();
     const std::string inputs = quoted_list(names);
     const std::string placed =
         " In the correctness cases every input ends where unmapped memory begins, so a load past "
@@ -197,7 +189,7 @@ std::string describe_fault() {
     const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
-    const double elapsed_s = static_cast<double>(now_ms - test->result()->start_timestamp()) / 1e3;
+    const double elapsed_s = static_cast<double>(now_ms - test.result()->start_timestamp()) / 1e3;
     const std::chrono::duration<double> limit(10.0 + 3.0 * elapsed_s);
     if (child_faults(filter, "", limit))
         return "\n  the inputs of this case (" + inputs +
@@ -214,6 +206,23 @@ std::string describe_fault() {
            std::string(faulting.size() > 1 ? "s " : " ") + quoted_list(faulting) + "." + placed +
            " Is every load guarded like the stores (`if (i < n)`, the columns of the last "
            "column tile, the rows of the last row tile)?";
+}
+
+}  // namespace
+
+std::string describe_fault() {
+    if (probe_name()) std::_Exit(kProbeFaulted);  // a probe child: its parent wants to know this
+    // Probed once per process: the first illegal address is the learner's, every later one is
+    // the same sticky error, and gets the same text (the first may surface where its message is
+    // dropped: a buffer's redzone check as it goes). Not in a large case, which holds the
+    // machine's large-case lock (a child would wait for it) and says what its fault means itself
+    // (course/large.h).
+    static std::optional<std::string> described;
+    if (described) return *described;
+    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
+    if (live().empty() || !test || large_case_running()) return "";
+    described = probe_inputs(*test);
+    return *described;
 }
 
 bool wanted(const std::string& name) {

@@ -172,6 +172,23 @@ TEST(Compare, OnlyElementsPastAByteOffsetsLimitWrongAreNamedSo) {
                                                      "int arithmetic overflows there"));
 }
 
+TEST(Compare, WrongPastAnUnsignedLimitAndAtTheStartIsNamedAWrap) {
+    // A byte offset in 32-bit unsigned: C's elements from 2^30 on are written 2^30 elements
+    // earlier, over the start of C; those just below 2^30 (past the wrapped ones) stay right.
+    const std::size_t two_to_30 = std::size_t{1} << 30;
+    CompareOptions options{"C"};
+    options.indices = {0, 1, two_to_30 - 1, two_to_30, two_to_30 + 1};
+    const std::vector<float> got{7.0f, 7.0f, 1.0f, 7.0f, 7.0f};
+    const auto result =
+        course::expect_close(got, std::vector<double>(5, 1.0), Tolerance::exact(), options);
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(),
+                testing::HasSubstr("at or past index 2^30 = 1073741824 is wrong, and elements "
+                                   "near the start too"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("computed in 32-bit unsigned arithmetic "
+                                                     "wraps there"));
+}
+
 TEST(Compare, NoOverflowDiagnosisWhenElementsBelow2To31AreWrongToo) {
     const std::size_t two_to_31 = std::size_t{1} << 31;
     CompareOptions options{"c"};
