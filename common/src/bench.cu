@@ -371,6 +371,9 @@ std::pair<double, std::string> physical_ceiling(const PerfCase& perf) {
     if (perf.metric == "TFLOP/s" && perf.units == FlopUnits::bf16_tensor_cores)
         return {g.bf16_tensor_peak_tflop_s,
                 "its dense bf16 tensor-core peak, " + g.bf16_tensor_peak_formula};
+    if (perf.metric == "TFLOP/s" && perf.units == FlopUnits::fp16_tensor_cores)
+        return {g.fp16_tensor_peak_tflop_s,
+                "its dense fp16 tensor-core peak, " + g.fp16_tensor_peak_formula};
     if (perf.metric == "TFLOP/s")
         return {g.fp32_peak_tflop_s, "its FP32 peak, " + g.fp32_peak_formula};
     if (perf.metric != "GB/s") return {0.0, ""};

@@ -19,6 +19,7 @@
 
 #include "course/buffer.h"
 #include "course/compare.h"
+#include "course/tensor_element.h"
 
 namespace course {
 
@@ -100,8 +101,11 @@ inline double tflop_per_s(double flops, double ms) { return flops / (ms * 1e9); 
 inline constexpr double kPhysicalCeilingMargin = 1.10;
 
 // Where a case's FLOPs are computed, which sets its physical ceiling: the CUDA cores in float32,
-// or the tensor cores with bf16 inputs and float32 accumulation.
-enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores };
+// or the tensor cores with bf16 (fp16) inputs and float32 accumulation.
+enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores, fp16_tensor_cores };
+// The tensor-core exercises' units: those of course::TensorElement (course/tensor_element.h).
+constexpr FlopUnits kTensorFlopUnits =
+    kFp16TensorCores ? FlopUnits::fp16_tensor_cores : FlopUnits::bf16_tensor_cores;
 
 // Record a timed case: the rate of the code under test and of the baseline, each from its median
 // time, as GoogleTest properties (read by the grader), and one printed line. `label` names the
@@ -109,7 +113,7 @@ enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores };
 // Write the napkin math (which reads and writes make the bytes, where the FLOPs come from) beside
 // the call. A rate above the physical ceiling (the GPU's DRAM bandwidth on paper, or the copy
 // timed in the same run, whichever is higher, for GB/s; for TFLOP/s the peak of `units`, FP32 or
-// bf16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot have done
+// bf16 or fp16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot have done
 // the work counted.
 void record_bandwidth(const std::string& label, const PairTiming& timing, double bytes,
                       const std::string& baseline, double baseline_bytes);  // GB/s
