@@ -72,10 +72,10 @@ namespace {
 void cublas_gemm_16bit(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
                        float* C, cudaDataType type) {
     const float alpha = 1.0f, beta = 0.0f;
-    cublas_check(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, type, K, A,
-                              type, K, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
+    cublas_check(
+        cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, type, K, A, type, K,
+                     &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
 }
 
 }  // namespace

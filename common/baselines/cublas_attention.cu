@@ -2,8 +2,9 @@
 // materialized by a strided-batched GEMM, a softmax kernel over each row of S (scaled, masked
 // when causal), then O = P V by a second GEMM; the backward pass with five GEMMs and two
 // element-wise kernels over the T x T matrices. The baseline of module 07's float32 exercises,
-// and of its bf16 (fp16) ones where cuDNN's fused attention does not run (cudnn_attention.cu). The T x T
-// buffers are kept between calls (grown on demand), so that timed calls pay only for the work.
+// and of its bf16 (fp16) ones where cuDNN's fused attention does not run (cudnn_attention.cu). The
+// T x T buffers are kept between calls (grown on demand), so that timed calls pay only for the
+// work.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

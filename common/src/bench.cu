@@ -444,8 +444,7 @@ void record_flops(const std::string& label, const PairTiming& timing, double flo
             tflop_per_s(baseline_flops, timing.baseline.median_ms), timing, units});
 }
 
-void record_steps(const std::string& label, const PairTiming& timing,
-                  const std::string& baseline) {
+void record_steps(const std::string& label, const PairTiming& timing, const std::string& baseline) {
     record({label, "steps/s", 1e3 / timing.learner.median_ms, baseline,
             1e3 / timing.baseline.median_ms, timing});
 }

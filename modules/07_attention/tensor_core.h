@@ -72,10 +72,11 @@ __device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], 
 #endif
 }
 
-// ldmatrix.x4: four 8 x 8 matrices of 16-bit elements from shared memory (sm_75 has it). Lanes 8m .. 8m+7 give the
-// addresses of the 8 rows (16 bytes each) of matrix m; afterwards r[m] of lane l holds row l / 4,
-// columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m. With `transposed` (.trans), r[m] holds rows
-// 2 (l % 4) and 2 (l % 4) + 1 of column l / 4 instead: what a B operand stored k-major needs.
+// ldmatrix.x4: four 8 x 8 matrices of 16-bit elements from shared memory (sm_75 has it). Lanes 8m
+// .. 8m+7 give the addresses of the 8 rows (16 bytes each) of matrix m; afterwards r[m] of lane l
+// holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix m. With `transposed` (.trans),
+// r[m] holds rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4 instead: what a B operand stored
+// k-major needs.
 template <bool transposed = false>
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row_address) {
     const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(row_address));
@@ -144,10 +145,11 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 #undef TC_SM80
 
 // The XOR swizzle of module 05 (course::swizzle_128b) on shared tiles of rows of `kRowElems`
-// 16-bit elements (64 or 128: 128 or 256 bytes): 16-byte chunk c of row r is stored at chunk c ^ (r % 8).
-// The 8 rows one ldmatrix reads at the same logical chunk then sit in 8 different chunks, i.e. 8
-// different groups of 4 banks: no bank conflict, where the plain layout puts all 8 in the same
-// banks. (Rows of 256 bytes: the XOR permutes each half's 8 chunks.) Returns the element offset.
+// 16-bit elements (64 or 128: 128 or 256 bytes): 16-byte chunk c of row r is stored at chunk c ^ (r
+// % 8). The 8 rows one ldmatrix reads at the same logical chunk then sit in 8 different chunks,
+// i.e. 8 different groups of 4 banks: no bank conflict, where the plain layout puts all 8 in the
+// same banks. (Rows of 256 bytes: the XOR permutes each half's 8 chunks.) Returns the element
+// offset.
 template <int kRowElems>
 __device__ __forceinline__ int swizzled(int row, int col) {
     return row * kRowElems + course::swizzle_128b(row, col / 8) * 8 + col % 8;

@@ -21,13 +21,13 @@
 
 namespace {
 
-constexpr int kBM = 128;                          // rows of C per block
-constexpr int kBN = 128;                          // columns of C per block
-constexpr int kBK = 64;  // k per step: 64 elements = one 128-byte swizzled row
-constexpr int kWarpsM = 2;                        // warps along M ...
-constexpr int kWarpsN = 4;                        // ... and along N
-constexpr int kWarpM = kBM / kWarpsM;             // 64 rows of C per warp
-constexpr int kWarpN = kBN / kWarpsN;             // 32 columns of C per warp
+constexpr int kBM = 128;               // rows of C per block
+constexpr int kBN = 128;               // columns of C per block
+constexpr int kBK = 64;                // k per step: 64 elements = one 128-byte swizzled row
+constexpr int kWarpsM = 2;             // warps along M ...
+constexpr int kWarpsN = 4;             // ... and along N
+constexpr int kWarpM = kBM / kWarpsM;  // 64 rows of C per warp
+constexpr int kWarpN = kBN / kWarpsN;  // 32 columns of C per warp
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;  // one mma.sync.m16n8k16 (two m16n8k8 on sm_75)
 constexpr int kTilesM = kWarpM / kMmaM;           // 4 m16 tiles per warp ...
 constexpr int kTilesN = kWarpN / kMmaN;           // ... by 4 n8 tiles: 16 mma per k16 step
@@ -100,8 +100,7 @@ __device__ void mma_k16(float (&d)[4], const std::uint32_t (&a)[4], const std::u
 // Thread t takes chunk t % 8 of a row: 8 threads read 128 contiguous bytes of global memory and
 // write them to 8 different bank groups.
 template <int kRows>
-__device__ void load_tile(Element* tile, const Element* matrix, int rows, int K,
-                          int row0, int k0) {
+__device__ void load_tile(Element* tile, const Element* matrix, int rows, int K, int row0, int k0) {
     for (int i = threadIdx.x; i < kRows * kChunksPerRow; i += kThreads) {
         const int r = i / kChunksPerRow, c = i % kChunksPerRow;
         const int row = row0 + r, k = k0 + c * kChunk;

@@ -28,7 +28,6 @@ namespace {
 // refuses, and the checker skips with the reason.
 using Element = course::TensorElement;
 
-
 constexpr int kBM = 128;               // rows of C per block
 constexpr int kBN = 128;               // columns of C per block
 constexpr int kBK = 64;                // k per step: 64 elements = one 128-byte swizzled row
@@ -118,8 +117,8 @@ __device__ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4],
 // compile time the loop unrolls, and a thread's chunks (rows kLoaders / 8 apart, the same chunk
 // column, so the same swizzle) cost an add each instead of a loop's worth of index arithmetic.
 template <int kRows, int kLoaders = kThreads>
-__device__ void load_tile_async(Element* tile, const Element* matrix, int rows, int K,
-                                int row0, int k0) {
+__device__ void load_tile_async(Element* tile, const Element* matrix, int rows, int K, int row0,
+                                int k0) {
     static_assert(kRows * kChunksPerRow % kLoaders == 0, "every thread copies as many chunks");
 #pragma unroll
     for (int n = 0; n < kRows * kChunksPerRow / kLoaders; ++n) {
@@ -138,9 +137,9 @@ struct Fragments {
     std::uint32_t b[kTilesN][2];
 };
 
-__device__ void load_fragments(Fragments& f, const Element* a_tile,
-                               const Element* b_tile, int warp_row, int warp_col, int k,
-                               course::Coord a_source, course::Coord b_source) {
+__device__ void load_fragments(Fragments& f, const Element* a_tile, const Element* b_tile,
+                               int warp_row, int warp_col, int k, course::Coord a_source,
+                               course::Coord b_source) {
 #pragma unroll
     for (int i = 0; i < kTilesM; ++i) {
         const int row = warp_row + i * kMmaM + a_source.row;

@@ -142,7 +142,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
             }
 }
 
-void gemm_bf16(int M, int N, int K, const readable::Element* A, const readable::Element* B, float* C) {
+void gemm_bf16(int M, int N, int K, const readable::Element* A, const readable::Element* B,
+               float* C) {
     // Where a block cannot have kStages stages of this tile (GPUs with less shared memory than an
     // A100's or an H100's), the readable kernel runs.
     static const std::size_t available = course::opt_in_shared_bytes(mma_pipeline_fast_kernel);

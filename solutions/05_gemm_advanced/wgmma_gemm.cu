@@ -166,8 +166,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-void gemm_bf16(int M, int N, int K, const course::TensorElement* A,
-               const course::TensorElement* B, float* C) {
+void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course::TensorElement* B,
+               float* C) {
     // sm_90a code runs on compute capability 9.0 only, and only a build for it has the body.
     int device = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&device));

@@ -51,8 +51,8 @@ using Element = course::TensorElement;
 // rows and K columns into tile[kRows][kTileStride], zeros outside the matrix. K is a multiple of
 // 8, so a chunk of 8 lies entirely inside or entirely outside.
 template <int kRows>
-__device__ void load_tile(Element (*tile)[kTileStride], const Element* matrix, int rows,
-                          int K, int row0, int k0) {
+__device__ void load_tile(Element (*tile)[kTileStride], const Element* matrix, int rows, int K,
+                          int row0, int k0) {
     for (int i = threadIdx.x; i < kRows * kBK / kChunk; i += kThreads) {
         const int r = i / (kBK / kChunk), c = i % (kBK / kChunk) * kChunk;
         const int row = row0 + r, k = k0 + c;

@@ -130,19 +130,18 @@ __device__ void rows_times_rows(float (&acc)[kBlockM / 8][4], const Element* a_t
     }
 }
 
-// acc (16 x kD) += A X, A (16 x kBlockM) in accumulator registers (P^T or dS^T, rounded to Elements:
-// n tiles 2j, 2j + 1 are the A fragment of k step j, as P in flash_tc), X a [kBlockM][kD] tile
-// (dO or Q) read k-major with ldmatrix .trans (as V in flash_tc).
+// acc (16 x kD) += A X, A (16 x kBlockM) in accumulator registers (P^T or dS^T, rounded to
+// Elements: n tiles 2j, 2j + 1 are the A fragment of k step j, as P in flash_tc), X a [kBlockM][kD]
+// tile (dO or Q) read k-major with ldmatrix .trans (as V in flash_tc).
 template <int kD>
 __device__ void regs_times_tile(float (&acc)[kD / 8][4], const float (&a)[kBlockM / 8][4],
                                 const Element* x_tile, int lane) {
     const course::Coord a_src = course::ldmatrix_a_source(lane);  // a k-major B, with .trans
 #pragma unroll
     for (int j = 0; j < kBlockM / 16; ++j) {
-        const std::uint32_t frag[4] = {tc::pack(a[2 * j][0], a[2 * j][1]),
-                                       tc::pack(a[2 * j][2], a[2 * j][3]),
-                                       tc::pack(a[2 * j + 1][0], a[2 * j + 1][1]),
-                                       tc::pack(a[2 * j + 1][2], a[2 * j + 1][3])};
+        const std::uint32_t frag[4] = {
+            tc::pack(a[2 * j][0], a[2 * j][1]), tc::pack(a[2 * j][2], a[2 * j][3]),
+            tc::pack(a[2 * j + 1][0], a[2 * j + 1][1]), tc::pack(a[2 * j + 1][2], a[2 * j + 1][3])};
 #pragma unroll
         for (int p = 0; p < kD / 16; ++p) {
             std::uint32_t b[4];
@@ -181,11 +180,11 @@ __global__ void __launch_bounds__(kThreads)
                           const float* L, const float* delta, float* dQ, float* dK, float* dV,
                           int T, float scale, bool causal) {
     extern __shared__ __align__(128) unsigned char shared_bytes[];
-    auto* k_tile = reinterpret_cast<Element*>(shared_bytes);   // [kBlockN][kD]
-    Element* v_tile = k_tile + kBlockN * kD;                   // [kBlockN][kD]
-    Element* q_tiles = v_tile + kBlockN * kD;                  // [kQStages][kBlockM][kD]
-    Element* do_tiles = q_tiles + kQStages * kBlockM * kD;     // [kQStages][kBlockM][kD]
-    Element* ds_tile = do_tiles + kQStages * kBlockM * kD;     // [kBlockN][kDsStride]: dS^T
+    auto* k_tile = reinterpret_cast<Element*>(shared_bytes);  // [kBlockN][kD]
+    Element* v_tile = k_tile + kBlockN * kD;                  // [kBlockN][kD]
+    Element* q_tiles = v_tile + kBlockN * kD;                 // [kQStages][kBlockM][kD]
+    Element* do_tiles = q_tiles + kQStages * kBlockM * kD;    // [kQStages][kBlockM][kD]
+    Element* ds_tile = do_tiles + kQStages * kBlockM * kD;    // [kBlockN][kDsStride]: dS^T
 
     const int n0 = blockIdx.x * kBlockN;  // this block's keys: n0 .. n0 + kBlockN - 1
     const long long head = blockIdx.y;
@@ -220,8 +219,7 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (tc::kAsyncCopies) {
             if (tile + 1 < query_tiles) {
                 load_tile<kD, kBlockM>(q_tiles + (1 - stage) * kBlockM * kD, Q, q0 + kBlockM, T);
-                load_tile<kD, kBlockM>(do_tiles + (1 - stage) * kBlockM * kD, dO, q0 + kBlockM,
-                                       T);
+                load_tile<kD, kBlockM>(do_tiles + (1 - stage) * kBlockM * kD, dO, q0 + kBlockM, T);
                 tc::cp_async_commit();
                 tc::cp_async_wait<1>();
             } else {

@@ -55,8 +55,7 @@ __device__ void load_tile(tc::Element* tile, const tc::Element* src, int row0, i
         const int chunk = threadIdx.x + round * kThreads;
         const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
         const bool valid = row0 + row < T;
-        const tc::Element* from =
-            src + (valid ? static_cast<long long>(row0 + row) * kD + col : 0);
+        const tc::Element* from = src + (valid ? static_cast<long long>(row0 + row) * kD + col : 0);
         tc::cp_async_16(tile + tc::swizzled<kD>(row, col), from, valid);
     }
 }
@@ -167,10 +166,9 @@ __device__ __forceinline__ void atomic_add_pair(float* at, float x, float y) {
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
-    flash_backward_fast_kernel(const tc::Element* Q, const tc::Element* K,
-                               const tc::Element* V, const tc::Element* dO, const float* L,
-                               const float* delta, float* dQ, float* dK, float* dV, int T,
-                               float scale, bool causal) {
+    flash_backward_fast_kernel(const tc::Element* Q, const tc::Element* K, const tc::Element* V,
+                               const tc::Element* dO, const float* L, const float* delta, float* dQ,
+                               float* dK, float* dV, int T, float scale, bool causal) {
     constexpr bool kHeld = kD <= kHeldKeysUpTo;
     extern __shared__ __align__(128) unsigned char shared_bytes[];
     auto* k_tile = reinterpret_cast<tc::Element*>(shared_bytes);  // [kBlockN][kD]
@@ -315,9 +313,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kD>
-void launch(const tc::Element* Q, const tc::Element* K, const tc::Element* V,
-            const tc::Element* O, const tc::Element* dO, const float* L, float* dQ, float* dK,
-            float* dV, int heads_total, int T, float scale, bool causal) {
+void launch(const tc::Element* Q, const tc::Element* K, const tc::Element* V, const tc::Element* O,
+            const tc::Element* dO, const float* L, float* dQ, float* dK, float* dV, int heads_total,
+            int T, float scale, bool causal) {
     float* delta =
         readable::prepare_backward(O, dO, dQ, static_cast<long long>(heads_total) * T, kD);
     constexpr int kSharedBytes = (2 * kBlockN + 4 * kBlockM) * kD * 2 +

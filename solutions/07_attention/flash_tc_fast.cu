@@ -344,8 +344,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
 }
 
 template <class Tl>
-void launch(const tc::Element* Q, const tc::Element* K, const tc::Element* V,
-            tc::Element* O, float* L, int batch, int heads, int T, float scale, bool causal) {
+void launch(const tc::Element* Q, const tc::Element* K, const tc::Element* V, tc::Element* O,
+            float* L, int batch, int heads, int T, float scale, bool causal) {
     // Where a block cannot have this tiling's shared memory (GPUs that opt in to less than an
     // A100 or an H100), or this build has no cp.async (sm_75, in fp16), the readable kernel runs.
     static const std::size_t available = course::opt_in_shared_bytes(flash_tc_fast_kernel<Tl>);
@@ -361,9 +361,8 @@ void launch(const tc::Element* Q, const tc::Element* K, const tc::Element* V,
 
 }  // namespace
 
-void flash_tc(const tc::Element* Q, const tc::Element* K, const tc::Element* V,
-              tc::Element* O, float* L, int batch, int heads, int T, int D, float scale,
-              bool causal) {
+void flash_tc(const tc::Element* Q, const tc::Element* K, const tc::Element* V, tc::Element* O,
+              float* L, int batch, int heads, int T, int D, float scale, bool causal) {
     if (D == 64)
         launch<TilingD64>(Q, K, V, O, L, batch, heads, T, scale, causal);
     else

@@ -113,8 +113,8 @@ constexpr FlopUnits kTensorFlopUnits =
 // Write the napkin math (which reads and writes make the bytes, where the FLOPs come from) beside
 // the call. A rate above the physical ceiling (the GPU's DRAM bandwidth on paper, or the copy
 // timed in the same run, whichever is higher, for GB/s; for TFLOP/s the peak of `units`, FP32 or
-// bf16 or fp16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot have done
-// the work counted.
+// bf16 or fp16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot
+// have done the work counted.
 void record_bandwidth(const std::string& label, const PairTiming& timing, double bytes,
                       const std::string& baseline, double baseline_bytes);  // GB/s
 void record_flops(const std::string& label, const PairTiming& timing, double flops,

@@ -78,10 +78,10 @@ inline std::uint16_t to_fp16(float value) {
     std::memcpy(&bits, &value, 4);
     const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
     bits &= 0x7fffffffu;
-    if (bits > 0x7f800000u) return sign | 0x7e00u;    // NaN
-    if (bits >= 0x477ff000u) return sign | 0x7c00u;   // 65520 and up round to infinity
-    if (bits >= 0x38800000u) {                         // 2^-14 and up: a normal fp16
-        bits += 0x0fffu + ((bits >> 13) & 1u);         // round the 13 dropped bits, ties to even
+    if (bits > 0x7f800000u) return sign | 0x7e00u;   // NaN
+    if (bits >= 0x477ff000u) return sign | 0x7c00u;  // 65520 and up round to infinity
+    if (bits >= 0x38800000u) {                       // 2^-14 and up: a normal fp16
+        bits += 0x0fffu + ((bits >> 13) & 1u);       // round the 13 dropped bits, ties to even
         return sign | static_cast<std::uint16_t>((bits - 0x38000000u) >> 13);
     }
     // Subnormal: a multiple of 2^-24 (the scaling by 2^24 is exact; nearbyint rounds to even).

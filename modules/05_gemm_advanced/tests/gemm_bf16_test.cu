@@ -142,11 +142,12 @@ void cublas_gemm(int M, int N, int K, const std::uint16_t* A, const std::uint16_
 }
 
 // The product of two bf16 (or fp16) values is exact in float32, and the reference sums the same
-// products in double: what remains is the float32 accumulation of K products. Round to nearest, as the CUDA
-// cores add, that is the float32 tolerance of module 04 (course::Tolerance::float32); the tensor
-// cores add groups of products and truncate (round toward zero), so the errors need not cancel:
-// at most K additions, each off by up to 2^-23 of a partial sum of about sqrt(K) products, with 4x
-// headroom. A dropped partial K tile (8 products or more, about 1 in size) stays far outside it.
+// products in double: what remains is the float32 accumulation of K products. Round to nearest, as
+// the CUDA cores add, that is the float32 tolerance of module 04 (course::Tolerance::float32); the
+// tensor cores add groups of products and truncate (round toward zero), so the errors need not
+// cancel: at most K additions, each off by up to 2^-23 of a partial sum of about sqrt(K) products,
+// with 4x headroom. A dropped partial K tile (8 products or more, about 1 in size) stays far
+// outside it.
 course::Tolerance tolerance(int K) {
     auto tol = course::Tolerance::float32(static_cast<std::size_t>(K), kProductRms);
     tol.atol += 4.0 * 0x1.0p-23 * K * std::sqrt(static_cast<double>(K)) * kProductRms;

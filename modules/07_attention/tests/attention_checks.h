@@ -1,8 +1,8 @@
-// What the checkers of module 07 share: inputs (float32, or the tensor-core exercises' 16-bit values,
-// bf16, or fp16 in a build for sm_75, kept as exact floats),
-// the references (the double CPU reference for small shapes, the float32 GPU reference of
-// common/ for large ones), tolerances with their derivation, the forward and backward case
-// runners, and the diagnoses that name the planted bugs' symptoms before the numbers.
+// What the checkers of module 07 share: inputs (float32, or the tensor-core exercises' 16-bit
+// values, bf16, or fp16 in a build for sm_75, kept as exact floats), the references (the double CPU
+// reference for small shapes, the float32 GPU reference of common/ for large ones), tolerances with
+// their derivation, the forward and backward case runners, and the diagnoses that name the planted
+// bugs' symptoms before the numbers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -79,8 +79,9 @@ inline std::vector<float> random_values(std::size_t n, float magnitude, bool six
 
 inline Inputs make_inputs(const Case& c, bool sixteen_bit, course::Rng& rng) {
     const std::size_t n = c.shape.elements();
-    return {random_values(n, 2.0f * c.boost, sixteen_bit, rng), random_values(n, 2.0f, sixteen_bit, rng),
-            random_values(n, 1.0f, sixteen_bit, rng), random_values(n, 1.0f, sixteen_bit, rng)};
+    return {random_values(n, 2.0f * c.boost, sixteen_bit, rng),
+            random_values(n, 2.0f, sixteen_bit, rng), random_values(n, 1.0f, sixteen_bit, rng),
+            random_values(n, 1.0f, sixteen_bit, rng)};
 }
 
 // Shapes the CPU reference computes in a second or two; the others use the GPU reference.
@@ -239,8 +240,9 @@ inline std::size_t dropped_tile(const std::vector<float>& got_L,
 }
 
 // What a wrong forward output says about the kernel, in the order the planted bugs are most
-// easily told apart. `got_O`, `got_L` are what the exercise wrote (floats; 16-bit values converted);
-// `in` the inputs, where the case is small enough to recompute rows on the CPU (else nullptr).
+// easily told apart. `got_O`, `got_L` are what the exercise wrote (floats; 16-bit values
+// converted); `in` the inputs, where the case is small enough to recompute rows on the CPU (else
+// nullptr).
 inline std::string forward_diagnosis(const std::vector<float>& got_O,
                                      const std::vector<float>& got_L, const Forward& want,
                                      const Case& c, const course::Tolerance& o_tol,
@@ -524,9 +526,10 @@ void time_forward(const ForwardRun<Elem>& run, const Baselines<Elem>& baselines,
         calls.push_back(
             {name, [&, baseline = baseline] { baseline(Q, K, V, O_baseline, L_baseline, c); }});
     const BaselineCall& baseline = first_that_runs(calls);
-    const auto timing = course::time_against([&] { run(Q, K, V, O, L, c); }, baseline.run,
-                                             {course::TimedOutput(O, output_tolerance(c, sixteen_bit)),
-                                              course::TimedOutput(L, lse_tolerance(c))});
+    const auto timing =
+        course::time_against([&] { run(Q, K, V, O, L, c); }, baseline.run,
+                             {course::TimedOutput(O, output_tolerance(c, sixteen_bit)),
+                              course::TimedOutput(L, lse_tolerance(c))});
     check_timed_forward(O, L, in, c);
     course::record_flops(
         perf_label(c), timing, forward_flops(c), baseline.name, forward_flops(c),

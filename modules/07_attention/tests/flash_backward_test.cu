@@ -1,11 +1,12 @@
 // Checker of 07_attention/flash_backward: 16-bit Q, K, V, dO (random, rounded to bf16, or fp16 in
-// a build for sm_75), O and L from the reference forward (O rounded likewise), T around the tile sizes (1, 17, 63, 64, 65,
-// 1000, 4096), D 64 and 128, causal and not, B and H not 1: dQ, dK and dV against the double CPU
-// reference backward (the float32 GPU reference of common/ at T = 4096; the CPU reference is
-// itself checked against finite differences in double, common/tests/reference_attention_test.cpp).
-// Each case runs twice: dK and dV must come out with the same bits (dQ may not: atomics add in
-// any order). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
-// cuDNN's fused backward (else cuBLAS's materialized one), in the same element type.
+// a build for sm_75), O and L from the reference forward (O rounded likewise), T around the tile
+// sizes (1, 17, 63, 64, 65, 1000, 4096), D 64 and 128, causal and not, B and H not 1: dQ, dK and dV
+// against the double CPU reference backward (the float32 GPU reference of common/ at T = 4096; the
+// CPU reference is itself checked against finite differences in double,
+// common/tests/reference_attention_test.cpp). Each case runs twice: dK and dV must come out with
+// the same bits (dQ may not: atomics add in any order). Then the FLOP rate at B 4, H 16, T 4096, D
+// 64 and 128, causal and not, next to cuDNN's fused backward (else cuBLAS's materialized one), in
+// the same element type.
 #include "attention_checks.h"
 #include "flash_backward.h"
 
@@ -49,10 +50,9 @@ struct Problem {
     void run(F32& dQ, F32& dK, F32& dV) const {
         const auto& s = c.shape;
         flash_backward(as_tensor(dQ_in), as_tensor(dK_in), as_tensor(dV_in), as_tensor(d_O),
-                       as_tensor(d_dO),
-                       d_L.data(), dQ.data(), dK.data(), dV.data(), static_cast<int>(s.batch),
-                       static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
-                       c.scale(), c.causal);
+                       as_tensor(d_dO), d_L.data(), dQ.data(), dK.data(), dV.data(),
+                       static_cast<int>(s.batch), static_cast<int>(s.heads), static_cast<int>(s.T),
+                       static_cast<int>(s.D), c.scale(), c.causal);
     }
 };
 
@@ -154,9 +154,8 @@ void rate(std::size_t D, bool causal, course::Rng& rng) {
     const std::string element = course::kTensorElementName;
     const auto cudnn = course::kFp16TensorCores ? course::baseline::cudnn_attention_backward_fp16
                                                 : course::baseline::cudnn_attention_backward_bf16;
-    const auto cublas = course::kFp16TensorCores
-                            ? course::baseline::cublas_attention_backward_fp16
-                            : course::baseline::cublas_attention_backward_bf16;
+    const auto cublas = course::kFp16TensorCores ? course::baseline::cublas_attention_backward_fp16
+                                                 : course::baseline::cublas_attention_backward_bf16;
     const std::vector<BaselineCall> baselines{
         {"cudnn_attention_backward_" + element,
          [&] {

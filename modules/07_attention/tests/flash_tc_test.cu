@@ -1,11 +1,11 @@
 // Checker of 07_attention/flash_tc: 16-bit inputs (random, rounded to bf16, or fp16 in a build for
-// sm_75; the references see the same values), T around the tile sizes (1, 17, 63, 64, 65, 1000, 4096), D 64 and 128, causal
-// and not, B and H not 1, against the double CPU reference (the float32 GPU reference of common/
-// at T = 4096); scores in the hundreds (exp overflows without the row maximum); each case run
-// twice (the same bits both times: a missing barrier before a K/V buffer is overwritten shows as
-// a race). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
-// cuDNN's fused attention (else cuBLAS's materialized attention), in the same element type, timed
-// in the same run.
+// sm_75; the references see the same values), T around the tile sizes (1, 17, 63, 64, 65, 1000,
+// 4096), D 64 and 128, causal and not, B and H not 1, against the double CPU reference (the float32
+// GPU reference of common/ at T = 4096); scores in the hundreds (exp overflows without the row
+// maximum); each case run twice (the same bits both times: a missing barrier before a K/V buffer is
+// overwritten shows as a race). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and
+// not, next to cuDNN's fused attention (else cuBLAS's materialized attention), in the same element
+// type, timed in the same run.
 #include "attention_checks.h"
 #include "flash_tc.h"
 
@@ -19,15 +19,14 @@ const ForwardRun<std::uint16_t> kFlashTc = [](const auto& Q, const auto& K, cons
                                               auto& L, const Case& c) {
     const auto& s = c.shape;
     flash_tc(as_tensor(Q), as_tensor(K), as_tensor(V), as_tensor(O), L.data(),
-             static_cast<int>(s.batch),
-             static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
-             c.causal);
+             static_cast<int>(s.batch), static_cast<int>(s.heads), static_cast<int>(s.T),
+             static_cast<int>(s.D), c.scale(), c.causal);
 };
 
 // A library's 16-bit attention (cuDNN's and cuBLAS's share this signature) as a timed baseline.
-using Attention16 = void (*)(const std::uint16_t* Q, const std::uint16_t* K,
-                             const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
-                             int heads, int T, int D, float scale, bool causal);
+using Attention16 = void (*)(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                             std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                             float scale, bool causal);
 BaselineRun<std::uint16_t> baseline_16(Attention16 attention) {
     return
         [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
