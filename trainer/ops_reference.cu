@@ -1244,12 +1244,12 @@ template <typename Act>
 const Ops<Act>* ops_table(const std::string& name) {
     if (name == "reference") return &kReference<Act>;
     if (name == "profile") return profiled_table(kReference<Act>);
-    return exercise_table<Act>(name);  // module 08: "learner", "solutions" (ops_learner.cu)
+    return exercise_table<Act>(name);  // module 08: "learner", "solutions", "fast" (ops_learner.cu)
 }
 template const Ops<float>* ops_table<float>(const std::string&);
 template const Ops<bf16>* ops_table<bf16>(const std::string&);
 
-const char* ops_table_names() { return "reference, profile, learner, solutions"; }
+const char* ops_table_names() { return "reference, profile, learner, solutions, fast"; }
 
 template <typename Act>
 const Ops<Act>* profiled_table(const Ops<Act>& table) {

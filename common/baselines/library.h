@@ -39,6 +39,8 @@ void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* 
                                    int o_row_stride);
 bool nccl_available();
 void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count, Element element);
+void cub_segmented_sort_descending(const float* keys, float* sorted_keys, int* sorted_indices,
+                                   int rows, int cols);
 // The fp16 twins of the bf16 functions above (bits of __half): the tensor-core exercises'
 // baselines in a build for sm_75 (course/tensor_element.h).
 void cublas_gemm_fp16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,

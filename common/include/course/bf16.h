@@ -5,10 +5,11 @@
 //   course::DeviceBuffer<std::uint16_t> d_x("x", course::bf16_bits(x));   // x: floats
 //   kernel(course::as_bf16(d_x), ...);
 //   const auto got = course::bf16_values(d_out.download());   // floats; never written = poison
+//   course::time_against(..., {course::sign_flipped(d_x)});  // every sign flipped between calls
 //
 // The tensor-core exercises take course::TensorElement (course/tensor_element.h: bf16, or fp16 in
-// a build for sm_75): tensor_bits, tensor_values, as_tensor and kTensorRoundoff are the same for
-// whichever it is.
+// a build for sm_75): tensor_bits, tensor_values, as_tensor, kTensorRoundoff and sign_flipped are
+// the same for whichever it is.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,8 +17,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "course/bench.h"
 #include "course/buffer.h"
 #include "course/poison.h"
 #include "course/tensor_element.h"
@@ -133,6 +136,16 @@ inline const TensorElement* as_tensor(const DeviceBuffer<std::uint16_t>& buffer)
 }
 inline TensorElement* as_tensor(DeviceBuffer<std::uint16_t>& buffer) {
     return reinterpret_cast<TensorElement*>(buffer.data());
+}
+
+// An input whose every sign time_against flips between its timed calls (TimedInput): floats, or
+// the bits of bf16 or fp16 (the tensor-core exercises' TensorElement): the sign is bit 15 of both.
+template <class Elem>
+TimedInput sign_flipped(DeviceBuffer<Elem>& buffer) {
+    if constexpr (std::is_same_v<Elem, std::uint16_t>)
+        return TimedInput(buffer, std::uint16_t{0x8000});
+    else
+        return TimedInput(buffer);
 }
 
 }  // namespace course
