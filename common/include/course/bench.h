@@ -90,7 +90,8 @@ class TimedOutput {
 // so that its rate looks plausible) is then wrong on about half the calls. The second set is the
 // first with every element XORed with a mask: a float's or a double's sign bit by default (every
 // value negated: still a valid input of a GEMM, a softmax, a norm, attention), any mask for other
-// elements (bf16 bits: 0x8000, their sign; bytes or bins: a mask that keeps every value valid).
+// elements (bf16 or fp16 bits: 0x8000, their sign, as course::sign_flipped names it; bytes or
+// bins: a mask that keeps every value valid).
 // The flip runs on the device, in place, outside the timed region (its cost is counted with the
 // checking's). The baseline always sees the first set, so that its output can be checked too.
 // Name at least one input on which every output depends (a GEMM's A, attention's Q, the
