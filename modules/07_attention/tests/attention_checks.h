@@ -358,7 +358,8 @@ inline std::string forward_diagnosis(const std::vector<float>& got_O,
                "sum l is";
     if (O_right)
         return "O is right in every row but L is not: L_i = m_i + log(l_i), the largest scaled "
-               "score of the row (scale applied) plus the log of the sum of exp(s - m_i)";
+               "score of the whole row (scale applied; the running maximum m carried from tile "
+               "to tile, max(m_old, tile max)) plus the log of the sum of exp(s - m_i)";
     if (non_finite && c.boost == 1.0f)
         return "O or L holds inf or NaN, and no score of this case is large enough to overflow "
                "exp: a value read from shared memory before it landed (is there a "
