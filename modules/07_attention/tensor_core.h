@@ -10,12 +10,11 @@
 //
 // mma.sync.aligned.m16n8k16, bf16 (fp16) inputs, float32 accumulators. A warp's lanes form 8
 // groups of 4: g = lane / 4 picks a row, t = lane % 4 a pair of columns.
-//   A (16 x 16, row-major): a[0] = (row g,     cols 2t, 2t+1)    a[1] = (row g + 8, cols 2t, 2t+1)
-//                           a[2] = (row g,     cols 2t+8, 2t+9)  a[3] = (row g + 8, cols 2t+8,
-//                           2t+9)
-//   B (16 x 8, k x n):      b[0] = (k 2t, 2t+1; col g)           b[1] = (k 2t+8, 2t+9; col g)
-//   C (16 x 8, float):      c[0], c[1] = (row g, cols 2t, 2t+1)  c[2], c[3] = (row g + 8, same
-//   cols)
+//   A (16 x 16, row-major): a[0] = (row g, cols 2t, 2t+1)      a[1] = (row g + 8, cols 2t, 2t+1)
+//                           a[2] = (row g, cols 2t+8, 2t+9)    a[3] = (row g + 8, cols 2t+8, 2t+9)
+//   B (16 x 8, k x n):      b[0] = (k 2t, 2t+1; col g)         b[1] = (k 2t+8, 2t+9; col g)
+//   C (16 x 8, float):      c[0], c[1] = (row g, cols 2t, 2t+1)
+//                           c[2], c[3] = (row g + 8, cols 2t, 2t+1)
 // Each 32-bit register of A and B holds two 16-bit elements, the lower column (or k) in the low
 // half. course/gemm_layout.h has the same tables as functions (mma_*_element; mma_k8_* for sm_75's
 // m16n8k8, whose A is a[0], a[1] or a[2], a[3] and whose B is b[0] or b[1]), and the lanes' row
