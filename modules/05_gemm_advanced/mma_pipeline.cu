@@ -27,7 +27,6 @@ namespace {
 // refuses, and the checker skips with the reason.
 using Element = course::TensorElement;
 
-
 constexpr int kBM = 128;               // rows of C per block
 constexpr int kBN = 128;               // columns of C per block
 constexpr int kBK = 64;                // k per step: 64 elements = one 128-byte swizzled row
