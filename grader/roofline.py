@@ -72,7 +72,7 @@ def measured_roofs(cases: list[PerfCase], gpu: dict[str, str] | None = None) -> 
                   if case.baseline == name and case.baseline_value]
         return max(values) if values else None
     copy = best(COPY) or (gpu_table.copy_gb_s(gpu) if gpu else None)
-    tensor = max(((best(name), kind) for name, kind in TENSOR.items() if best(name)),
+    tensor = max(((value, kind) for name, kind in TENSOR.items() if (value := best(name))),
                  default=(None, "bf16"))
     paper = gpu_table.fp32_peak_tflop_s(gpu) if gpu else None
     return Roofs(copy, best(SGEMM), paper, *tensor)
@@ -103,7 +103,7 @@ def is_tensor_core(case: PerfCase) -> bool:
     """Whether the case is tensor-core work: timed against a 16-bit library (module 05's GEMMs,
     module 07's tensor-core attention; bf16, or fp16 on a T4), so the tensor cores' roof is the
     one above it."""
-    return "_bf16" in case.baseline or "_fp16" in case.baseline
+    return any(f"_{kind}" in case.baseline for kind in TENSOR.values())
 
 
 def percent_of_roofline(case: PerfCase, intensity: float | None, roofs: Roofs) -> float | None:

@@ -175,17 +175,18 @@ testing::AssertionResult DeviceAllocation::redzones_intact() const {
 
     fill_redzones();
     CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string wrote_past = "wrote past the end of `" + name_ + "`",
+                      wrote_before = "wrote before the start of `" + name_ + "`";
 #if !defined(COURSE_EMULATOR)
-    end_guard::note_store_outside(!past_end.empty() ? "wrote past the end of `" + name_ + "`"
-                                                    : "wrote before the start of `" + name_ + "`");
+    end_guard::note_store_outside(past_end.empty() ? wrote_before : wrote_past);
 #endif
     auto failure = testing::AssertionFailure();
     if (!past_end.empty())
-        failure << "wrote past the end of `" << name_ << "` (" << bytes_ / element_bytes_
-                << " elements): " << past_end << ". Is there an `if (i < n)` guard on every store?";
+        failure << wrote_past << " (" << bytes_ / element_bytes_ << " elements): " << past_end
+                << ". Is there an `if (i < n)` guard on every store?";
     if (!before_start.empty())
-        failure << (past_end.empty() ? "" : "; ") << "wrote before the start of `" << name_
-                << "`: " << before_start << ". Is an index negative?";
+        failure << (past_end.empty() ? "" : "; ") << wrote_before << ": " << before_start
+                << ". Is an index negative?";
     return failure;
 }
 
