@@ -80,6 +80,8 @@ TEST_F(FlashCausal, SkipsMaskedTiles) {
     course::record_flops(perf_label(causal) + " vs not causal", timing, forward_flops(causal),
                          "flash_causal not causal", forward_flops(causal));
     const double fraction = timing.learner.median_ms / timing.baseline.median_ms;
+    // A failure of speed, not of values: the grader leaves out its hint about races.
+    if (fraction > 0.65) RecordProperty("speed_failure", "1");
     EXPECT_LE(fraction, 0.65)
         << "the causal run takes " << 100 * fraction
         << "% of the non-causal run's time: half the tiles are fully masked, skip them (stop the "
