@@ -22,24 +22,8 @@ cd "$(dirname "$0")/../../.."
 out=${OUT:-build/verify09}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-tree=build/verify09-tree
-rm -rf "$tree" && mkdir -p "$tree"
-tar --exclude=./build --exclude=./.git --exclude=./.grader --exclude=./.venv -cf - . |
-  tar -xf - -C "$tree"
-cd "$tree"
-bash dev/drafts/09_quantization/move_into_place.sh || exit 2
-
-# Exercises of the module named (09/<exercise>) take its place; the other arguments are accept.sh's.
-selectors=() options=()
-for argument in "$@"; do
-  case $argument in
-    09/*) selectors+=("$argument") ;;
-    *) options+=("$argument") ;;
-  esac
-done
-[ ${#selectors[@]} -gt 0 ] || selectors=(09)
-OUT=$out bash dev/accept.sh "${selectors[@]}" "${options[@]}"
-status=$?
+source dev/drafts/draft_acceptance.sh
+draft_acceptance 09_quantization "$@"
 
 binaries=(build/solutions/bin/09_quantization.*.solution)
 if [ -x "${binaries[0]}" ]; then

@@ -26,24 +26,8 @@ cd "$(dirname "$0")/../../.."
 out=${OUT:-build/verify10}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-tree=build/verify10-tree
-rm -rf "$tree" && mkdir -p "$tree"
-tar --exclude=./build --exclude=./.git --exclude=./.grader --exclude=./.venv -cf - . |
-  tar -xf - -C "$tree"
-cd "$tree"
-bash dev/drafts/10_inference/move_into_place.sh || exit 2
-
-# Exercises of the module named (10/<exercise>) take its place; the other arguments are accept.sh's.
-selectors=() options=()
-for argument in "$@"; do
-  case $argument in
-    10/*) selectors+=("$argument") ;;
-    *) options+=("$argument") ;;
-  esac
-done
-[ ${#selectors[@]} -gt 0 ] || selectors=(10)
-OUT=$out bash dev/accept.sh "${selectors[@]}" "${options[@]}"
-status=$?
+source dev/drafts/draft_acceptance.sh
+draft_acceptance 10_inference "$@"
 
 binaries=(build/solutions/bin/10_inference.*.solution)
 if [ -x "${binaries[0]}" ]; then
