@@ -150,6 +150,21 @@ struct ProbeRun {
     std::string store_outside;
 };
 
+// The exit status of `child`, or nothing when it outlived `limit` (it is killed then).
+std::optional<int> wait_for(pid_t child, std::chrono::duration<double> limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (waitpid(child, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            kill(child, SIGKILL);
+            waitpid(child, &status, 0);
+            return std::nullopt;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return status;
+}
+
 // Runs this checker's test `filter` again in a child, guarding the inputs named `name` only
 // ("": none), with wide redzones around every other buffer. Its output goes nowhere; `limit`
 // bounds its time.
@@ -161,8 +176,8 @@ ProbeRun probe_run(const std::string& filter, const std::string& name,
     std::vector<std::string> environment;
     for (char** entry = environ; *entry; ++entry) {
         const std::string text = *entry;
-        if (text.rfind(std::string(kProbeVariable), 0) != 0 &&
-            text.rfind("GRADER_SEED=", 0) != 0)
+        // Left out: this process's probe variables (COURSE_GUARD_PROBE, its _REPORT) and seed.
+        if (text.rfind(std::string(kProbeVariable), 0) != 0 && text.rfind("GRADER_SEED=", 0) != 0)
             environment.push_back(text);
     }
     environment.push_back(std::string(kProbeVariable) + "=" + name);
@@ -186,19 +201,8 @@ ProbeRun probe_run(const std::string& filter, const std::string& name,
     posix_spawn_file_actions_destroy(&actions);
     ProbeRun run;
     if (started == 0) {
-        const auto deadline = std::chrono::steady_clock::now() + limit;
-        int status = 0;
-        bool killed = false;
-        while (waitpid(child, &status, WNOHANG) == 0) {
-            if (std::chrono::steady_clock::now() > deadline) {
-                kill(child, SIGKILL);
-                waitpid(child, &status, 0);
-                killed = true;
-                break;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        run.faulted = !killed && WIFEXITED(status) && WEXITSTATUS(status) == kProbeFaulted;
+        const std::optional<int> status = wait_for(child, limit);
+        run.faulted = status && WIFEXITED(*status) && WEXITSTATUS(*status) == kProbeFaulted;
     }
     if (report_file >= 0) {
         std::getline(std::ifstream(report), run.store_outside);
@@ -244,21 +248,22 @@ std::string probe_inputs(const testing::TestInfo& test) {
     // The run without guarded inputs, its redzones wide, caught a store that went past an
     // output's redzone (and faulted here): name it beside the loads, or alone.
     const std::string& store = unguarded.store_outside;
+    const std::string caught = " (a run with wider redzones caught it)";
     if (faulting.empty() && !store.empty())
-        return "\n  a store " + store +
-               ", past the redzone beside it into memory no buffer holds (a run with wider "
-               "redzones caught it). Is there a guard on every store (`if (i < n)`, the rows and "
-               "columns of the last tiles)?";
+        return "\n  a store " + store + ", past the redzone beside it into memory no buffer holds" +
+               caught +
+               ". Is there a guard on every store (`if (i < n)`, the rows and columns of the last "
+               "tiles)?";
     if (faulting.empty())
         return "\n  probably a load past the end of one of the inputs " + inputs + "." + placed +
                " grader sanitize names the line.";
-    return "\n  a load read past the end of the input" +
-           std::string(faulting.size() > 1 ? "s " : " ") + quoted_list(faulting) + "." + placed +
-           (store.empty() ? std::string(" Is every load guarded like the stores")
-                          : " A store also " + store +
-                                " (a run with wider redzones caught it). Is every load and store "
-                                "guarded") +
-           " (`if (i < n)`, the columns of the last column tile, the rows of the last row tile)?";
+    const std::string loads = "\n  a load read past the end of the input" +
+                              std::string(faulting.size() > 1 ? "s " : " ") +
+                              quoted_list(faulting) + "." + placed;
+    const std::string tiles =
+        " (`if (i < n)`, the columns of the last column tile, the rows of the last row tile)?";
+    if (store.empty()) return loads + " Is every load guarded like the stores" + tiles;
+    return loads + " A store also " + store + caught + ". Is every load and store guarded" + tiles;
 }
 
 }  // namespace
