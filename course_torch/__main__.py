@@ -27,8 +27,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--report", type=Path, default=None, help="check: write its JSON here")
     parser.add_argument("--steps", type=int, default=300, help="train: steps of each run")
     parser.add_argument("--ops", default="layer_norm,linear,attention,gelu,cross_entropy",
-                        help="train, profile: the model's ops to swap for the course's (the others stay "
-                             "PyTorch's), comma-separated")
+                        help="train, profile: the model's ops to swap for the course's (the "
+                             "others stay PyTorch's), comma-separated")
     parser.add_argument("--data", type=Path, default=ROOT / "data/shakespeare")
     parser.add_argument("--out", type=Path,
                         default=Path(os.environ.get("OUT", ROOT / "build/torch_ops")))

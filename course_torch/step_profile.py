@@ -1,8 +1,8 @@
 """Where a training step of the small GPT goes, stock and swapped (`python3 -m course_torch
 profile`): a few steps of each under torch.profiler after a warm-up, the median step, and the ops
 that take the most CPU and the most GPU time. A swapped step slower than the stock one while the
-GPU's total is about the same is a step bound by the calls (the custom ops' Python layers:
-register_autograd and register_autocast), not by the kernels."""
+GPU's total is about the same is a step bound by the calls (the custom ops' dispatch, their
+Python autograd and autocast layers among them), not by the kernels."""
 from pathlib import Path
 
 import torch

@@ -126,12 +126,12 @@ EOF
 fi
 
 if [ "$mutants" = yes ]; then
-  # The exercises of the selection that have planted bugs (of those --mutant names, where it
-  # names some), as module/exercise, each followed by its --mutant arguments; found by the
+  # The planted bugs of the selection (those --mutant names, where it names some), one line per
+  # group of an exercise's: module/exercise, then the group's --mutant arguments; found by the
   # grader's own selector and mutant reader.
-  per_copy=${MUTANTS_PER_COPY:-3}
   at_once=${COPIES_AT_ONCE:-$(( $(nproc) < 14 ? $(nproc) : 14 ))}
-  mapfile -t lines < <(NAMES="${names[*]}" MUTANTS_PER_COPY=$per_copy python3 - "${selectors[@]}" <<'EOF'
+  mapfile -t lines < <(NAMES="${names[*]}" MUTANTS_PER_COPY=${MUTANTS_PER_COPY:-3} \
+                       python3 - "${selectors[@]}" <<'EOF'
 import os
 import sys
 from pathlib import Path
@@ -157,9 +157,10 @@ EOF
   [ "${#lines[@]}" -gt 0 ] || { echo "no planted bugs in the selection" >&2; exit 2; }
   copies=build/accept-copies
   rm -rf "$copies" && mkdir -p "$copies"
+  # Group `index`'s copy of the tree, and its exercise and --mutant arguments.
+  group() { read -r exercise arguments <<< "${lines[$1]}"; copy=$copies/$1.${exercise//\//.}; }
   for index in "${!lines[@]}"; do
-    read -r exercise arguments <<< "${lines[$index]}"
-    copy=$copies/$index.${exercise//\//.}
+    group "$index"
     mkdir -p "$copy"
     tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$copy"
     while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n; done
@@ -170,8 +171,7 @@ EOF
   wait
   : > "$out/mutants.txt"
   for index in "${!lines[@]}"; do
-    read -r exercise arguments <<< "${lines[$index]}"
-    copy=$copies/$index.${exercise//\//.}
+    group "$index"
     { echo "== $exercise ${arguments//--mutant /} (exit $(cat "$copy/check.rc"))"
       cat "$copy/check.log"; } >> "$out/mutants.txt"
     [ "$(cat "$copy/check.rc")" = 0 ] || status=1
