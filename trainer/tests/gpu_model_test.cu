@@ -95,11 +95,13 @@ TEST(GpuModel, Bf16MatchesCpuReferenceLoosely) {
     check_against_cpu<bf16>(testing::tiny_config(), 2e-2, 5e-2, 6e-2);
 }
 
-// fp16 keeps 3 more bits than bf16 (tolerances a third of bf16's); the backward from a loss scaled
-// as train_gpt's first step scales it.
+// fp16 keeps 3 more bits than bf16 (tolerances a third of bf16's); the backward from a scaled loss,
+// the gradients unscaled after. 2^10, not train_gpt's first 2^16: 87 tokens make each logit's
+// gradient 1/87 of the scale, and this tiny model's LayerNorms (inputs of std ~0.05) multiply it
+// by some 20 on the way down, which 2^16 could carry past fp16's 65504 (train_gpt would skip).
 TEST(GpuModel, Fp16MatchesCpuReferenceLoosely) {
     if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU";
-    check_against_cpu<fp16>(testing::tiny_config(), 7e-3, 2e-2, 2e-2, 65536.0f);
+    check_against_cpu<fp16>(testing::tiny_config(), 7e-3, 2e-2, 2e-2, 1024.0f);
 }
 
 // Heads of 64: in bf16 on a GPU with bf16 tensor cores, attention is fused (cuDNN's where the
@@ -221,7 +223,7 @@ TEST(GpuModel, Fp16OverflowSkipsTheStep) {
     EXPECT_EQ(m, std::vector<float>(m.size(), 0.0f)) << "a skipped step should leave the moments";
     EXPECT_EQ(v, std::vector<float>(v.size(), 0.0f));
 
-    const float fits = 65536.0f;
+    const float fits = 1024.0f;  // as in Fp16MatchesCpuReferenceLoosely
     model.zero_grads();
     model.forward_backward(inputs.data(), targets.data(), kB, kT, fits / (kB * kT));
     EXPECT_TRUE(std::isfinite(model.update(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, fits)));
