@@ -130,7 +130,8 @@ function(course_exercise)
   set(module_dir "${PROJECT_SOURCE_DIR}/modules/${EX_MODULE}")
   set(base "${EX_MODULE}.${EX_ID}")
   # For the trainer, which builds some exercises' files into libraries of its own (module 08).
-  set_property(GLOBAL PROPERTY "COURSE_EXERCISE_${EX_MODULE}/${EX_ID}" "${EX_FILE};${EX_MIN_SM}")
+  set_property(GLOBAL PROPERTY "COURSE_EXERCISE_${EX_MODULE}/${EX_ID}"
+               "${EX_FILE};${EX_MIN_SM};${EX_FAST_SOLUTION}")
   if(EX_LIBRARY STREQUAL "nccl")
     get_property(have_nccl GLOBAL PROPERTY COURSE_HAVE_NCCL)
     if(NOT have_nccl)
@@ -222,8 +223,8 @@ endfunction()
 
 # A module: one course_exercise() per [[exercise]] of its module.toml. CMake has no TOML parser,
 # so it reads the one-line keys it needs; `grader check` enforces that form. An exercise of kind
-# "trainer" (module 08's train_gpt) has no checker: the trainer (trainer/CMakeLists.txt) is its
-# build, and the grader runs it.
+# "trainer" (module 08's train_gpt) or "torch" (its torch_ops) has no checker: the trainer
+# (trainer/CMakeLists.txt) or PyTorch (course_torch/) is its build, and the grader runs it.
 function(course_module module_dir)
   get_filename_component(module "${module_dir}" NAME)
   # A new or renamed exercise must re-run CMake, as an edited CMakeLists.txt would.
@@ -236,7 +237,7 @@ function(course_module module_dir)
   foreach(key IN LISTS keys)
     string(STRIP "${key}" key)
     if(key STREQUAL "[[exercise]]")
-      if(id AND NOT kind STREQUAL "trainer")
+      if(id AND kind STREQUAL "checker")
         course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
                         MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}" LIBRARY "${library}")
       endif()

@@ -2,7 +2,7 @@
 import shutil
 from pathlib import Path
 
-from grader import trainer
+from grader import torch_ops, trainer
 from grader.build import BuildTree, Log, forbidden_includes
 from grader.course import (Course, missing_manifest_message, module_dirs, select,
                            unlisted_module_dirs)
@@ -39,6 +39,8 @@ def static_problems(root: Path, selector: str) -> tuple[Course, list[Exercise], 
 def file_problems(course: Course, exercise: Exercise) -> list[str]:
     if exercise.is_trainer:
         return trainer.file_problems(course, exercise)
+    if exercise.is_torch:
+        return torch_ops.file_problems(course, exercise)
     files = {"stub": course.stub(exercise), "contract": course.contract(exercise),
              "checker": course.checker(exercise), "solution": course.solution(exercise)}
     if exercise.fast_solution:
@@ -113,7 +115,7 @@ def memcheck_problems(tree: BuildTree, results: list[Result], log: Log) -> list[
         return []
     problems = []
     for result in results:
-        if result.status != PASS or result.exercise.is_trainer:
+        if result.status != PASS or not result.exercise.has_checker:
             continue
         summary = memcheck_summary(tree, result.exercise,
                                    [case.test for case in result.outcome.perf], log)

@@ -154,7 +154,7 @@ def _find_module(course: Course, name: str) -> Module:
 def _select_path(course: Course, selector: str, cwd: Path) -> list[Exercise] | None:
     """The exercises a path names (a module folder, or one of an exercise's files), None when
     `selector` is no path into modules/ or solutions/."""
-    if "/" not in selector.rstrip("/") and not selector.endswith((".cu", ".h", ".cpp")):
+    if "/" not in selector.rstrip("/") and not selector.endswith((".cu", ".h", ".cpp", ".py")):
         return None
     for base in (cwd, course.root):
         path = (base / selector).resolve()
@@ -168,10 +168,12 @@ def _select_path(course: Course, selector: str, cwd: Path) -> list[Exercise] | N
         if len(parts) == 2:
             return list(module.exercises)
         inside = "/".join(parts[2:])
-        # A checker shared by several exercises (module 04's rungs) names them all.
+        # A checker shared by several exercises (module 04's rungs) names them all; a torch
+        # exercise's file is the binding's Python half, its C++ half beside it.
         named = [exercise for exercise in module.exercises
                  if inside in {exercise.file, f"{exercise.id}.h", exercise.checker,
-                               exercise.fast_solution or exercise.file}]
+                               exercise.fast_solution or exercise.file,
+                               f"{exercise.id}.cpp" if exercise.is_torch else exercise.file}]
         if named:
             return named
         raise UserError(f"{selector} is not a file of an exercise of {module.name}: name one by "

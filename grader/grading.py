@@ -1,5 +1,6 @@
 """Grading a selection: configure once, refuse forbidden stubs, build, run each checker (and, for
-module 08's train_gpt, the GPT trainer: grader/trainer.py)."""
+module 08's train_gpt, the GPT trainer: grader/trainer.py; for its torch_ops, PyTorch's checks:
+grader/torch_ops.py)."""
 import re
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ from grader.results import (BUILD_ERROR, EMULATED, FAIL, FAST, LEARNER, SKIPPED,
 from grader.runner import run_checker
 from grader.state import load_results
 from grader.tools import gpu_count
+from grader.torch_ops import grade_torch
 from grader.trainer import build_whole_trainer, grade_trainer
 
 
@@ -21,8 +23,9 @@ def grade(tree: BuildTree, exercises: list[Exercise], log: Log,
           timeout_s: float | None = None) -> list[Result]:
     """One Result per exercise, in order; `timeout_s` overrides each manifest's timeout_s. The
     checkers run first, then the trainer exercises (module 08's train_gpt), which plug in the
-    learner's exercises that pass, this run's results included."""
-    checked = [exercise for exercise in exercises if not exercise.is_trainer]
+    learner's exercises that pass, this run's results included; the torch exercises (module 08's
+    torch_ops) last, each built into a PyTorch extension of its own."""
+    checked = [exercise for exercise in exercises if exercise.has_checker]
     not_runnable = build_exercises(tree, checked, log)
     not_runnable = {**too_few_gpus(tree, checked), **not_runnable}
     results = {exercise: _not_run_result(tree, exercise, not_runnable[exercise])
@@ -33,6 +36,9 @@ def grade(tree: BuildTree, exercises: list[Exercise], log: Log,
             stored = load_results(tree.course.root).get(LEARNER, {})
             results[exercise] = grade_trainer(tree, exercise, log, timeout_s or exercise.timeout_s,
                                               stored, list(results.values()))
+    for exercise in exercises:
+        if exercise.is_torch:
+            results[exercise] = grade_torch(tree, exercise, log, timeout_s or exercise.timeout_s)
     return [results[exercise] for exercise in exercises]
 
 
@@ -50,11 +56,12 @@ def grade_references(course: Course, exercises: list[Exercise], log: Log,
 def build_exercises(tree: BuildTree, exercises: list[Exercise],
                     log: Log) -> dict[Exercise, Outcome]:
     """Configures and builds; returns the exercises that did not build (or were refused). A
-    trainer exercise builds the trainer and every exercise's library in it."""
+    trainer exercise builds the trainer and every exercise's library in it; a torch exercise's
+    extension is built by PyTorch when it runs (it needs PyTorch and a GPU)."""
     trainers = [exercise for exercise in exercises if exercise.is_trainer]
     not_built = {exercise: outcome for exercise in trainers
                  if (outcome := build_whole_trainer(tree, log))}
-    checked = [exercise for exercise in exercises if not exercise.is_trainer]
+    checked = [exercise for exercise in exercises if exercise.has_checker]
     return {**_build_checkers(tree, checked, log), **not_built}
 
 

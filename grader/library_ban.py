@@ -22,7 +22,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from grader.build import BuildTree
 from grader.manifest import Exercise
@@ -142,20 +142,28 @@ def refusal(tree: BuildTree, exercise: Exercise, target: str | None = None) -> s
     allowed = frozenset({exercise.library}) if exercise.library else frozenset()
     stub = tree.course.relative(tree.course.stub(exercise))
     objects = _learner_objects(tree, exercise, target or tree.target(exercise))
+    return objects_refusal(stub, tree.path, objects, str(tree.course.root), allowed)
+
+
+def objects_refusal(shown: str, build_dir: Path, objects: dict[str, list[str]], root: str,
+                    allowed: frozenset[str] = frozenset()) -> str | None:
+    """refusal()'s line for the learner's file `shown` from its objects (paths relative to
+    `build_dir`, each with the files the compiler read for it), or None. Module 08's torch_ops
+    calls it on the objects of PyTorch's extension build (course_torch/extension.py)."""
     for paths in objects.values():
         for path in paths:
-            found = forbidden_header(path, str(tree.course.root), allowed)
+            found = forbidden_header(path, root, allowed)
             if found:
                 header, ban = found
-                return f"refused: {stub} includes <{header}>; {ban.why}"
+                return f"refused: {shown} includes <{header}>; {ban.why}"
     nm = shutil.which("nm")
     for obj in objects if nm else ():
-        listed = subprocess.run([nm, "-u", "-C", str(tree.path / obj)], capture_output=True,
+        listed = subprocess.run([nm, "-u", "-C", str(build_dir / obj)], capture_output=True,
                                 text=True)
         for name in parse_undefined(listed.stdout):
             ban = forbidden_symbol(name, allowed)
             if ban:
-                return f"refused: {stub} calls {_short(name)} ({ban.library}); {ban.why}"
+                return f"refused: {shown} calls {_short(name)} ({ban.library}); {ban.why}"
     return None
 
 

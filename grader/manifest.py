@@ -11,11 +11,13 @@ else:
 
 DEFAULT_TIMEOUT_S = 120.0
 MIN_HINTS = 2
-# What grades an exercise: its GoogleTest checker, or (module 08's train_gpt) the GPT trainer run
-# with the learner's kernels against the reference (grader/trainer.py).
+# What grades an exercise: its GoogleTest checker, (module 08's train_gpt) the GPT trainer run
+# with the learner's kernels against the reference (grader/trainer.py), or (module 08's
+# torch_ops) PyTorch's checks of the learner's kernels as custom operators (grader/torch_ops.py).
 CHECKER = "checker"
 TRAINER = "trainer"
-KINDS = (CHECKER, TRAINER)
+TORCH = "torch"
+KINDS = (CHECKER, TRAINER, TORCH)
 MODULE_NAME = re.compile(r"^[0-9]{2}_[a-z0-9_]+$")
 EXERCISE_ID = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -46,7 +48,8 @@ OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus",
 # and let through the library ban (grader/library_ban.py). NCCL: module 11's data_parallel_step
 # hands its buckets to NCCL's all-reduce, and is timed against the same all-reduce unoverlapped.
 EXERCISE_LIBRARIES = ("nccl",)
-# A trainer exercise has no checker, and none of the keys that describe one's timed cases.
+# A trainer (or torch) exercise has no checker, and none of the keys that describe one's timed
+# cases.
 NOT_FOR_TRAINER = ("checker", "fast_solution", "case_targets", "intensity", "min_gpus", "library",
                    "stretch")
 
@@ -91,12 +94,22 @@ class Exercise:
     # solution, the one the hints lead to, reaches.
     stretch: float = 0.0
     # CHECKER, or TRAINER: graded by the GPT trainer (grader/trainer.py), `file` the learner's
-    # choice of kernels and `checker` empty.
+    # choice of kernels and `checker` empty, or TORCH: graded by PyTorch's checks
+    # (grader/torch_ops.py), `file` the binding's Python half and `checker` empty.
     kind: str = CHECKER
 
     @property
     def is_trainer(self) -> bool:
         return self.kind == TRAINER
+
+    @property
+    def is_torch(self) -> bool:
+        return self.kind == TORCH
+
+    @property
+    def has_checker(self) -> bool:
+        """Graded by its GoogleTest checker (not by the trainer or by PyTorch's checks)."""
+        return self.kind == CHECKER
 
     @property
     def key(self) -> str:
@@ -172,7 +185,7 @@ def _schema_problems(where: str, table: dict, schema: dict, optional: set) -> li
 
 
 def _exercise_problems(where: str, entry: dict) -> list[str]:
-    if entry.get("kind") == TRAINER:
+    if entry.get("kind") in (TRAINER, TORCH):
         return _trainer_problems(where, entry)
     problems = _schema_problems(where, entry, EXERCISE_SCHEMA, OPTIONAL_EXERCISE_KEYS)
     if problems:
@@ -207,20 +220,29 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
     return problems
 
 
+# A trainer or torch exercise's file: its ending, and what it is.
+PROGRAM_FILES = {TRAINER: (".toml", "the learner's choice of kernels, a .toml file"),
+                 TORCH: (".py", "the binding's Python half, a .py file (its C++ half beside it, "
+                                "the same name with .cpp)")}
+
+
 def _trainer_problems(where: str, entry: dict) -> list[str]:
-    """A trainer exercise: the checker's keys absent, its file the learner's choice of kernels
-    (a .toml), the rest as for any exercise."""
+    """A trainer or torch exercise: the checker's keys absent, its file the learner's choice of
+    kernels (trainer: a .toml) or the binding's Python half (torch: a .py), the rest as for any
+    exercise."""
+    kind = entry["kind"]
     problems = _schema_problems(where, entry, EXERCISE_SCHEMA,
                                 OPTIONAL_EXERCISE_KEYS | set(NOT_FOR_TRAINER))
-    problems += [f"{where}: a trainer exercise has no '{key}' (the trainer grades it)"
+    grader = "the trainer grades it" if kind == TRAINER else "PyTorch's checks grade it"
+    problems += [f"{where}: a {kind} exercise has no '{key}' ({grader})"
                  for key in NOT_FOR_TRAINER if key in entry]
     if problems:
         return problems
     if not EXERCISE_ID.match(entry["id"]):
         problems.append(f"{where}: the id must be snake_case")
-    if not entry["file"].endswith(".toml"):
-        problems.append(f"{where}: a trainer exercise's file is the learner's choice of kernels, "
-                        "a .toml file")
+    suffix, what = PROGRAM_FILES[kind]
+    if not entry["file"].endswith(suffix):
+        problems.append(f"{where}: a {kind} exercise's file is {what}")
     if len(entry["hints"]) < MIN_HINTS or not all(isinstance(h, str) and h for h in entry["hints"]):
         problems.append(f"{where}: 'hints' needs at least {MIN_HINTS} non-empty strings")
     if entry["min_sm"] < 0 or entry["target"] < 0 or entry.get("timeout_s", 1) <= 0:

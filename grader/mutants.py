@@ -53,7 +53,8 @@ class Mutant:
 
     @property
     def needs_gpu(self) -> bool:
-        return self.fast or self.memcheck or bool(self.gpu_only) or self.exercise.is_trainer
+        return (self.fast or self.memcheck or bool(self.gpu_only)
+                or not self.exercise.has_checker)
 
     @property
     def label(self) -> str:

@@ -29,6 +29,7 @@ BASELINE_NAMES = {
     "cub_reduce_sum": "CUB",
     "cub_inclusive_scan": "CUB",
     "cub_histogram_256": "CUB",
+    "cub_segmented_sort": "CUB's segmented sort",
     "cudnn_attention_bf16": "cuDNN's fused attention",
     "cudnn_attention_backward_bf16": "cuDNN's fused attention backward",
     "nccl_allreduce": "NCCL's all-reduce",

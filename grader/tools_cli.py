@@ -26,7 +26,7 @@ from grader.profile import profile as run_profile
 from grader.profile import summarize
 from grader.progress import update_learner_files
 from grader.report import make_console, print_results, status_text
-from grader.results import LEARNER, SOLUTION
+from grader.results import FAST, LEARNER, SOLUTION
 from grader.sanitize import TOOLS, describe, sanitize as run_sanitize, source_locator
 from grader.state import load_results, record_results
 from grader.tools import gpu_visible, require_build_tools
@@ -67,6 +67,11 @@ def _kernel_exercise(course: Course, selector: str, command: str) -> "Exercise":
                         f"{command} an exercise (e.g. `grader {command} 06/layernorm`); the "
                         "trainer's time per op: `train_gpt --kernels learner --profile` "
                         "(module 08's README, section 5)")
+    if chosen.is_torch:
+        raise UserError(f"{chosen.key} runs PyTorch's checks of your ops, not one kernel's checker: "
+                        f"{command} an exercise (e.g. `grader {command} 06/layernorm`); the ops' "
+                        "times against PyTorch's: `python3 -m course_torch bench --variant "
+                        "learner` (module 08's README, section 6)")
     return chosen
 
 
@@ -318,6 +323,9 @@ STEP_LINE = re.compile(r"^step\s+(\d+)/(\d+) \|")
 @click.option("--seq-len", "-t", type=click.IntRange(min=1), default=FULL_RUN.seq_len,
               show_default=True, help="Tokens per sequence (at most the model's context).")
 @SOLUTIONS_OPTION
+@click.option("--fast", is_flag=True,
+              help="The course's fast references (build/fast; their choice of kernels: "
+                   "solutions/08_training/kernels_fast.toml), not your code.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out"),
               show_default=True, help="Where the runs go: <out>/<model>-learner (loss.csv, "
               "model.ckpt, loss.png) and <out>/<model>-reference.")
@@ -325,7 +333,7 @@ STEP_LINE = re.compile(r"^step\s+(\d+)/(\d+) \|")
               help="Run the reference again, even where <out> has its run of these settings.")
 @click.pass_context
 def train(context: click.Context, model: str, steps: int, batch: int, seq_len: int,
-          solutions: bool, out: Path, fresh_reference: bool) -> None:
+          solutions: bool, fast: bool, out: Path, fresh_reference: bool) -> None:
     """The full run: train a GPT with your kernels (as modules/08_training/kernels.toml picks
     them) and with the reference, from the same weights and data.
 
@@ -334,11 +342,13 @@ def train(context: click.Context, model: str, steps: int, batch: int, seq_len: i
     you can generate from with your kernels. Exit status 0 when the curves overlap.
     """
     course = _course(context)
+    if solutions and fast:
+        raise UserError("--solutions or --fast, not both")
     _require_gpu("grader train")
     require_build_tools()
     settings = replace(FULL_RUN, model=model, steps=steps, batch=batch, seq_len=seq_len,
                        val_every=max(1, steps // 4), check_every=steps)
-    tree = BuildTree.standard(course, _variant(solutions))
+    tree = BuildTree.standard(course, FAST if fast else _variant(solutions))
     stored = load_results(course.root).get(LEARNER, {})
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), console=Console(stderr=True)) as bar:

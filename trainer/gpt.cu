@@ -198,8 +198,8 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T, Optimi
     if constexpr (std::is_same_v<Act, float>) {
         working_ = master_;
     } else {
-        working_ = allocate<Act>(padded_, std::is_same_v<Act, bf16> ? "the bf16 weights"
-                                                                    : "the fp16 weights");
+        working_ = allocate<Act>(
+            padded_, std::is_same_v<Act, bf16> ? "the bf16 weights" : "the fp16 weights");
         CUDA_CHECK(cudaMemset(working_, 0, padded_ * sizeof(Act)));
     }
     grads_ = allocate<float>(padded_, "the gradients");

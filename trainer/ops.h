@@ -15,7 +15,8 @@
 // the same ops each timed alone with CUDA events (a table of GPU time per op at exit). Module 08's
 // exercise tables (ops_learner.cu): "learner", whose entries call the learner's exercise kernels
 // through their contracts, taking the reference entry for every op the learner has not plugged in,
-// and "solutions", the same with the course's readable solutions; `train_gpt --kernels NAME`
+// "solutions", the same with the course's readable solutions, and "fast", with the course's fast
+// references (the readable solution where an exercise has none); `train_gpt --kernels NAME`
 // selects a table (ops_table below).
 #pragma once
 
@@ -131,13 +132,13 @@ void allow_cudnn_attention(bool allowed);
 // ops also make cuBLASLt's and cuDNN's plans); a no-op for the other tables.
 void forget_op_times();
 
-// The tables this build has, by name ("reference", "profile", "learner", "solutions"); nullptr
-// for an unknown name. Errors in setting up an exercise table (a choices file that cannot be read)
-// throw std::runtime_error.
+// The tables this build has, by name ("reference", "profile", "learner", "solutions", "fast");
+// nullptr for an unknown name. Errors in setting up an exercise table (a choices file that cannot
+// be read) throw std::runtime_error.
 template <typename Act>
 const Ops<Act>* ops_table(const std::string& name);
 
-// What ops_table knows, for error messages ("reference, profile, learner, solutions").
+// What ops_table knows, for error messages ("reference, profile, learner, solutions, fast").
 const char* ops_table_names();
 
 // `table`'s ops, each call timed alone with CUDA events; a table of GPU time per op is printed at
@@ -151,7 +152,7 @@ const Ops<Act>* profiled_table(const Ops<Act>& table);
 //   choices      the file saying which exercise runs each op ("op exercise" per line, e.g.
 //                "gemm 04_sgemm/sgemm_vectorized"; an op not listed is the reference's), which the
 //                grader writes from modules/08_training/kernels.toml; empty: the build's default,
-//                trainer_kernels/<variant>.txt (learner.txt, solution.txt)
+//                trainer_kernels/<variant>.txt (learner.txt, solution.txt, fast.txt)
 //   check_every  0, or N: every op that runs an exercise's kernel is also run by the reference on
 //                the same inputs, and the two outputs compared, on the first step and every N
 //                steps after, up to `steps`; a difference beyond the tolerance stops the run
@@ -163,9 +164,9 @@ struct ExerciseTableOptions {
 };
 void configure_exercise_tables(const ExerciseTableOptions& options);
 
-// The exercise table of that name ("learner" or "solutions"), or nullptr for another name. In
-// fp16 there is none: their name throws std::invalid_argument (the exercises' contracts are fp32
-// and bf16).
+// The exercise table of that name ("learner", "solutions" or "fast"), or nullptr for another
+// name. In fp16 there is none: their names throw std::invalid_argument (the exercises' contracts
+// are fp32 and bf16).
 template <typename Act>
 const Ops<Act>* exercise_table(const std::string& name);
 template <>

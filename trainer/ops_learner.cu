@@ -12,14 +12,17 @@
 // plugged). A stub that still calls COURSE_TODO falls back to the reference at its first call,
 // and says so.
 //
-// Two tables: "learner", the files in modules/ (build/learner), and "solutions", the readable
-// solutions (build/solutions). Each exercise file is a shared library of its own
+// Three tables: "learner", the files in modules/ (build/learner), "solutions", the readable
+// solutions (build/solutions), and "fast", the fast references where an exercise has one, else
+// its readable solution (build/fast). Each exercise file is a shared library of its own
 // (trainer/CMakeLists.txt, kernel_entry.cpp), loaded at run time, so that the learner's files, the
 // solutions and the reference's own module 06 and 07 kernels, which share their contracts' names,
 // never meet at link time. Which exercise runs each op comes from a choices file that the grader
-// writes from modules/08_training/kernels.toml (ops.h: configure_exercise_tables).
+// writes from modules/08_training/kernels.toml (solutions/08_training/kernels.toml for the
+// solutions, kernels_fast.toml for the fast references; ops.h: configure_exercise_tables).
 //
 // Run:  grader run 08/train_gpt     (or: build/learner/bin/train_gpt --kernels learner ...)
+//       grader train --fast         (the fast references: build/fast/bin/train_gpt --kernels fast)
 // Interface: ops.h; the op check beside it: ops_check.cu; module 08's README, section 5.
 #include <cuda_bf16.h>
 #include <dlfcn.h>
@@ -95,9 +98,11 @@ struct ExerciseTable {
 };
 
 ExerciseTableOptions table_options;
-constexpr const char* kTableNames[2] = {"learner", "solutions"};  // --kernels NAME
-ExerciseTable tables[2] = {{kTableNames[0], "learner", "yours"},
-                           {kTableNames[1], "solution", "solution"}};
+constexpr int kTables = 3;
+constexpr const char* kTableNames[kTables] = {"learner", "solutions", "fast"};  // --kernels NAME
+ExerciseTable tables[kTables] = {{kTableNames[0], "learner", "yours"},
+                                 {kTableNames[1], "solution", "solution"},
+                                 {kTableNames[2], "fast", "fast"}};
 
 // A note of a table, printed the first time only (a shape the contract does not take is met
 // again on every step).
@@ -271,9 +276,15 @@ void load(ExerciseTable& table) {
     }
     table.loaded = true;
     std::printf("kernels: %s (%s), every other op the reference's:\n", table.name, path.c_str());
+    const Plugged& gemm = table.ops[kGemm];
     for (int op = 0; op < kExerciseOps; ++op) {
         const Plugged& p = table.ops[op];
-        if (p.exercise.empty())
+        if (p.exercise.empty() && op == kLinearBackward && !gemm.exercise.empty())
+            std::printf(
+                "  %-19s not plugged: its two products on gemm's kernel (%s: %s), the "
+                "bias gradient by the table's column sums\n",
+                kExerciseOpNames[op], table.whose, gemm.exercise.c_str());
+        else if (p.exercise.empty())
             std::printf("  %-19s reference\n", kExerciseOpNames[op]);
         else
             std::printf("  %-19s %s: %s | %s\n", kExerciseOpNames[op], table.whose,
@@ -947,6 +958,8 @@ template <typename Act>
 const Ops<Act>* exercise_table(const std::string& name) {
     if (name == kTableNames[0]) return table_for_use<0, Act>();
     if (name == kTableNames[1]) return table_for_use<1, Act>();
+    if (name == kTableNames[2]) return table_for_use<2, Act>();
+    static_assert(kTables == 3, "one line above per table");
     return nullptr;
 }
 template const Ops<float>* exercise_table<float>(const std::string&);
@@ -954,10 +967,11 @@ template const Ops<bf16>* exercise_table<bf16>(const std::string&);
 
 template <>
 const Ops<fp16>* exercise_table<fp16>(const std::string& name) {
-    if (name == kTableNames[0] || name == kTableNames[1])
-        throw std::invalid_argument("--kernels " + name +
-                                    ": module 08's exercise tables run in fp32 or bf16, not fp16 "
-                                    "(--dtype fp32 on a GPU without bf16)");
+    for (const char* table : kTableNames)
+        if (name == table)
+            throw std::invalid_argument("--kernels " + name +
+                                        ": module 08's exercise tables run in fp32 or bf16, not "
+                                        "fp16 (--dtype fp32 on a GPU without bf16)");
     return nullptr;
 }
 

@@ -10,12 +10,13 @@
 // on GPUs with bf16 tensor cores: cuDNN's flash attention reading the packed qkv in place, where
 // the build has cuDNN, else module 07's (the fast references of flash_tc and flash_backward,
 // through their contracts); elsewhere (fp32, fp16, other head sizes, older GPUs) the scores are
-// written out and softmaxed between two products. Every reduction into a parameter gradient runs in a fixed order; so does everything
-// else but the fused backwards' dq (module 07's float atomics make bf16 runs with it repeat to
-// rounding rather than bit for bit; cuDNN does not promise either). In the all-fp32 mode,
-// LayerNorm's forward and the causal softmax are module 06's fast references, called through
-// their contracts. fp16 (the T4's mixed precision) runs the bf16 mode's kernels on __half, with
-// cuBLASLt's fp16 products; its loss scaling is the model's (gpt.cu) and the loop's (train_gpt.cu).
+// written out and softmaxed between two products. Every reduction into a parameter gradient runs
+// in a fixed order; so does everything else but the fused backwards' dq (module 07's float atomics
+// make bf16 runs with it repeat to rounding rather than bit for bit; cuDNN does not promise
+// either). In the all-fp32 mode, LayerNorm's forward and the causal softmax are module 06's fast
+// references, called through their contracts. fp16 (the T4's mixed precision) runs the bf16
+// mode's kernels on __half, with cuBLASLt's fp16 products; its loss scaling is the model's
+// (gpt.cu) and the loop's (train_gpt.cu).
 //
 // Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
 // Interface: ops.h
@@ -35,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "course/activation.h"
 #include "course/baselines.h"  // cuDNN's fused attention (common/baselines/cudnn_attention.cu)
 #include "course/exercise.h"
 #include "course/launch.h"
@@ -52,26 +54,9 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarp = 32;
 constexpr int kElementwiseBlock = 256;
 
-// ---- Conversions: arithmetic is float whatever the storage type ----
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(fp16 x) { return __half2float(x); }
-template <typename Act>
-__device__ __forceinline__ Act from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) {
-    return __float2bfloat16(x);
-}
-// Beyond 65504 this is inf: an fp16 overflow, which the loss scaler sees in the gradient's norm.
-template <>
-__device__ __forceinline__ fp16 from_float<fp16>(float x) {
-    return __float2half(x);
-}
+// Arithmetic is float whatever the storage type (the conversions: course/activation.h).
+using course::from_float;
+using course::to_float;
 
 __device__ __forceinline__ float warp_sum(float x) {
     for (int offset = kWarp / 2; offset > 0; offset /= 2)
@@ -334,12 +319,11 @@ bool gemm(Out* d, const In* a, const In* b, Fused fused, int m, int n, int k, bo
         cublasLtMatmulPreferenceDestroy(preference);
         plan.runs = found_algos > 0;
         if (!plan.runs && (fused.kind == Epilogue::kNone || fused.kind == Epilogue::kBias))
-            throw std::runtime_error("cuBLASLt has no algorithm for a " +
-                                     std::string(kDtypeName<In>) + " product of " +
-                                     std::to_string(m) + " x " + std::to_string(n) + " x " +
-                                     std::to_string(k) +
-                                     " on this GPU (bf16 needs compute capability 8.0 or newer: "
-                                     "try --dtype fp16 or fp32)");
+            throw std::runtime_error(
+                "cuBLASLt has no algorithm for a " + std::string(kDtypeName<In>) + " product of " +
+                std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
+                " on this GPU (bf16 needs compute capability 8.0 or newer: "
+                "try --dtype fp16 or fp32)");
         plan.algo = heuristic.algo;
         found = state.plans.emplace(key, plan).first;
     }
@@ -1254,13 +1238,13 @@ template <typename Act>
 const Ops<Act>* ops_table(const std::string& name) {
     if (name == "reference") return &kReference<Act>;
     if (name == "profile") return profiled_table(kReference<Act>);
-    return exercise_table<Act>(name);  // module 08: "learner", "solutions" (ops_learner.cu)
+    return exercise_table<Act>(name);  // module 08: "learner", "solutions", "fast" (ops_learner.cu)
 }
 template const Ops<float>* ops_table<float>(const std::string&);
 template const Ops<bf16>* ops_table<bf16>(const std::string&);
 template const Ops<fp16>* ops_table<fp16>(const std::string&);
 
-const char* ops_table_names() { return "reference, profile, learner, solutions"; }
+const char* ops_table_names() { return "reference, profile, learner, solutions, fast"; }
 
 template <typename Act>
 const Ops<Act>* profiled_table(const Ops<Act>& table) {

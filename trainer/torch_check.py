@@ -70,13 +70,40 @@ def read_meta(path):
     return meta
 
 
+class TorchOps:
+    """The model's ops as PyTorch has them. Module 08's torch_ops swaps the course's in, op by op
+    (course_torch/model.py: the same names, the learner's kernels behind them)."""
+
+    @staticmethod
+    def layer_norm(x, weight, bias):
+        return F.layer_norm(x, (x.shape[-1],), weight, bias, 1e-5)
+
+    @staticmethod
+    def linear(x, weight, bias=None):
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    @staticmethod
+    def gelu(x):
+        return F.gelu(x, approximate="tanh")
+
+    @staticmethod
+    def cross_entropy(logits, targets):
+        return F.cross_entropy(logits, targets)
+
+
 class Gpt(torch.nn.Module if torch else object):
     """GPT-2 as train_gpt builds it (tied LM head, padded vocabulary, tanh GELU), written the way
-    a PyTorch user would: one set of parameters per layer, attention through SDPA."""
+    a PyTorch user would: one set of parameters per layer, attention through SDPA. `ops` gives
+    the ops (TorchOps's names)."""
 
-    def __init__(self, config, flat):
+    def __init__(self, config, flat, ops=TorchOps):
         super().__init__()
         self.c = config
+        self.ops = ops
         tensors, offset = {}, 0
         for name, shape in zip(NAMES, shapes(config)):
             n = math.prod(shape)
@@ -99,26 +126,26 @@ class Gpt(torch.nn.Module if torch else object):
         return torch.stack([p.grad for p in self.tensor(name)]).reshape(-1)
 
     def forward(self, idx):
-        c = self.c
+        c, ops = self.c, self.ops
         B, T = idx.shape
         C, NH = c["channels"], c["heads"]
         x = self.wte[idx] + self.wpe[:T]
         for p in self.layers:
-            h = F.layer_norm(x, (C,), p["ln1w"], p["ln1b"], 1e-5)
-            q, k, v = F.linear(h, p["qkvw"], p["qkvb"]).split(C, dim=2)
+            h = ops.layer_norm(x, p["ln1w"], p["ln1b"])
+            q, k, v = ops.linear(h, p["qkvw"], p["qkvb"]).split(C, dim=2)
             q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), p["attprojw"], p["attprojb"])
-            h = F.layer_norm(x, (C,), p["ln2w"], p["ln2b"], 1e-5)
-            h = F.gelu(F.linear(h, p["fcw"], p["fcb"]), approximate="tanh")
-            x = x + F.linear(h, p["fcprojw"], p["fcprojb"])
-        x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, 1e-5)
-        return F.linear(x, self.wte)  # [B, T, Vp]
+            y = ops.attention(q, k, v)
+            x = x + ops.linear(y.transpose(1, 2).reshape(B, T, C), p["attprojw"], p["attprojb"])
+            h = ops.layer_norm(x, p["ln2w"], p["ln2b"])
+            h = ops.gelu(ops.linear(h, p["fcw"], p["fcb"]))
+            x = x + ops.linear(h, p["fcprojw"], p["fcprojb"])
+        x = ops.layer_norm(x, self.lnfw, self.lnfb)
+        return ops.linear(x, self.wte)  # [B, T, Vp]
 
     def loss(self, idx, targets):
         V = self.c["vocab_size"]
         logits = self(idx)[..., :V]
-        return F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1))
+        return self.ops.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1))
 
 
 def flops_per_token(c, T):
@@ -174,13 +201,15 @@ def clip(model, max_norm=1.0):
     return norm
 
 
-def train_torch(model, loader, steps, lr, warmup, autocast):
+def train_torch(model, loader, steps, lr, warmup, autocast, seconds=None):
     """The losses of `steps` steps and how many were skipped. autocast: None (fp32), torch.bfloat16,
-    or torch.float16 with GradScaler (its defaults are train_gpt's: trainer/loss_scaler.h)."""
+    or torch.float16 with GradScaler (its defaults are train_gpt's: trainer/loss_scaler.h). Each
+    step's wall time is appended to `seconds` if given (loss.item() waits for the step's kernels)."""
     optimizer = make_optimizer(model, lr)
     scaler = torch.amp.GradScaler("cuda", enabled=autocast == torch.float16)
     losses, skipped = [], 0
     for step in range(steps):
+        start = time.perf_counter()
         x, y = loader.next("cuda")
         with torch.autocast("cuda", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             loss = model.loss(x, y)
@@ -195,6 +224,8 @@ def train_torch(model, loader, steps, lr, warmup, autocast):
         scaler.update()
         skipped += scaler.get_scale() < scale
         losses.append(loss.item())
+        if seconds is not None:
+            seconds.append(time.perf_counter() - start)
     return losses, skipped
 
 

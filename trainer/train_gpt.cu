@@ -85,10 +85,11 @@ model
                         (fp16 with dynamic loss scaling); fp32: all-fp32    before sm_80]
   --kernels NAME        the table of ops (trainer/ops.h): reference, profile [reference]
                         (the reference, each op timed), learner (your exercises' kernels, module
-                        08), solutions (the course's readable solutions in their place)
-  --kernel-choices FILE learner/solutions: which exercise runs each op, lines "op exercise"
+                        08), solutions (the course's readable solutions in their place),
+                        fast (the course's fast references)
+  --kernel-choices FILE learner/solutions/fast: which exercise runs each op, lines "op exercise"
                         [written by grader run 08/train_gpt: trainer_kernels/<variant>.txt]
-  --check-ops N         learner/solutions: run the reference beside every op that runs an
+  --check-ops N         learner/solutions/fast: run the reference beside every op that runs an
                         exercise, on step 0 and every N steps, and stop where they differ [0: off]
   --profile             time each op of the table alone (GPU time per op at exit)
   --attention NAME      bf16 attention: cudnn (cuDNN's fused attention,       [cudnn]

@@ -39,5 +39,7 @@ void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* 
                                    int o_row_stride);
 bool nccl_available();
 void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t count, Element element);
+void cub_segmented_sort_descending(const float* keys, float* sorted_keys, int* sorted_indices,
+                                   int rows, int cols);
 
 }  // namespace course::baseline::library

@@ -15,8 +15,14 @@ TEST(Baselines, TheLibraryAndItsTableLoad) {
 
 TEST(Baselines, SayWhetherTheyHaveNccl) {
     // Answered without a GPU: whether the configure found NCCL (common/CMakeLists.txt), which
-    // module 11's timed case needs; the table's last entry, so its layout matches the header's.
+    // module 11's timed case needs.
     EXPECT_EQ(course::baseline::nccl_available(), COURSE_HAVE_NCCL == 1);
+}
+
+TEST(Baselines, TheTableEndsWithTheSegmentedSort) {
+    // The table's last entry: its layout matches the header's.
+    ASSERT_NE(course::baseline::loaded().table, nullptr) << course::baseline::loaded().why;
+    EXPECT_NE(course::baseline::loaded().table->cub_segmented_sort_descending, nullptr);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// A CPU stand-in for the CUDA device features that the kernels of modules 06 and 07 use
-// (dev/README.md). Each GPU thread is a fiber with its own stack. The emulator runs one cluster of
-// blocks at a time, and its fibers take turns (a ready queue) where a GPU thread waits for others:
+// A CPU stand-in for the CUDA device features that the kernels of the emulated modules use
+// (COURSE_EMULATED_MODULES in Emulate.cmake; dev/README.md). Each GPU thread is a fiber with its
+// own stack. The emulator runs one cluster of blocks at a time, and its fibers take turns (a ready
+// queue) where a GPU thread waits for others:
 //  - block barriers;
 //  - warp shuffles, through per-warp slots between two warp barriers, and __syncwarp;
 //  - warp-wide instructions (mma.sync, ldmatrix: modules/), which the last lane to arrive
@@ -53,6 +54,10 @@ inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c,
 inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline float __fdividef(float a, float b) { return a / b; }
+// A float's bits and back (quantization formats take floats apart, radix selects order floats by
+// their bits).
+inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
+inline float __uint_as_float(unsigned u) { float v; std::memcpy(&v, &u, 4); return v; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> T __ldcs(const T* p) { return *p; }

@@ -433,3 +433,31 @@ def test_the_full_run_plots_saves_and_generates_then_reuses_the_reference(course
     assert lines[-4:] == ["--- sample ---", "To be, or not to be,", "that is the question.", "---"]
     second = invoke(course, "train", "--model", "small", "--steps", "120", "--out", "out")
     assert "the reference run in" in second.stderr and "reused" in second.stderr
+
+
+def test_the_fast_references_full_run_takes_their_choice_in_their_tree(course, monkeypatch):
+    monkeypatch.setattr(tools_cli, "gpu_visible", lambda: True)
+    both = invoke(course, "train", "--fast", "--solutions")
+    assert both.exit_code == 2 and "--solutions or --fast, not both" in both.stderr
+    result = invoke(course, "train", "--fast", "--model", "small", "--steps", "120", "--out", "out")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "double: fast, 01_fixture/passes (as its contract says)"
+    assert any(line.startswith("checkpoint: out/small-fast/model.ckpt; generate from it with "
+                               "your kernels: build/fast/bin/train_gpt --generate --resume "
+                               "out/small-fast/model.ckpt --kernels fast --kernel-choices "
+                               "build/fast/trainer_kernels/fast.txt") for line in lines)
+    assert (course / "build/fast/trainer_kernels/fast.txt").read_text().splitlines()[1:] == [
+        "double 01_fixture/passes"]
+
+
+def test_an_op_left_to_another_plugged_op_is_reported_with_the_notes():
+    seen = trainer.read_output(
+        "kernels: fast (build/fast/trainer_kernels/fast.txt), every other op the reference's:\n"
+        "  gemm                fast: 05_gemm_advanced/wgmma_gemm | the products in float\n"
+        "  linear_backward     not plugged: its two products on gemm's kernel (fast: "
+        "05_gemm_advanced/wgmma_gemm), the bias gradient by the table's column sums\n")
+    assert seen.plugged == ["gemm: fast, 05_gemm_advanced/wgmma_gemm (the products in float)"]
+    assert seen.notes == ["linear_backward: not plugged: its two products on gemm's kernel (fast: "
+                          "05_gemm_advanced/wgmma_gemm), the bias gradient by the table's column "
+                          "sums"]

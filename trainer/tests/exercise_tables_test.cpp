@@ -3,7 +3,9 @@
 // inside, an untouched stub's COURSE_TODO reaching the trainer as an error it can catch), and the
 // choices file read by the table (a line that names no op, a bf16 kernel in an fp32 run, the
 // table printed with what it does around each kernel). On the learner's stubs of 06 layernorm
-// and 07 flash_tc; skipped in a build without the learner variant.
+// and 07 flash_tc, skipped in a build without the learner variant; the fast references' table on
+// 04 sgemm_coalesced's library of the fast variant (its readable solution: it has no fast
+// reference), skipped in a build without the fast variant.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +21,9 @@ namespace {
 
 #ifndef TRAINER_TEST_LIBRARIES
 #define TRAINER_TEST_LIBRARIES 0
+#endif
+#ifndef TRAINER_TEST_FAST_LIBRARIES
+#define TRAINER_TEST_FAST_LIBRARIES 0
 #endif
 
 #define SKIP_WITHOUT_LIBRARIES()                                                  \
@@ -120,6 +125,28 @@ TEST(ExerciseTables, PrintsWhichOpRunsWhoseKernelAndWhatItDoesAroundIt) {
         << printed;
     EXPECT_NE(printed.find("  gemm                reference\n"), std::string::npos) << printed;
     EXPECT_EQ(exercise_table<float>("no such table"), nullptr);
+}
+
+// The fast table's printout of a linear layer's backward left out of the choices while gemm is
+// plugged: its products run on gemm's kernel (ops_learner.cu: linear_backward).
+TEST(ExerciseTables, ALinearBackwardLeftOutSaysItsProductsRunOnGemm) {
+    if (!TRAINER_TEST_FAST_LIBRARIES)
+        GTEST_SKIP() << "this build has no fast variant (COURSE_VARIANTS), so no fast kernel "
+                        "libraries";
+    configure_exercise_tables({choices("fast.txt", "gemm 04_sgemm/sgemm_coalesced\n"), 0, 0});
+    ::testing::internal::CaptureStdout();
+    const Ops<float>* table = exercise_table<float>("fast");
+    const std::string printed = ::testing::internal::GetCapturedStdout();
+    ASSERT_NE(table, nullptr);
+    EXPECT_STREQ(table->name, "fast");
+    EXPECT_NE(printed.find("  gemm                fast: 04_sgemm/sgemm_coalesced | "),
+              std::string::npos)
+        << printed;
+    EXPECT_NE(printed.find("  linear_backward     not plugged: its two products on gemm's kernel "
+                           "(fast: 04_sgemm/sgemm_coalesced), the bias gradient by the table's "
+                           "column sums\n"),
+              std::string::npos)
+        << printed;
 }
 
 }  // namespace

@@ -38,8 +38,9 @@ def test_unknown_dtype(train_gpt):
     assert code == 2 and "--dtype fp8: bf16, fp16 or fp32" in line
 
 
-def test_fp16_has_no_exercise_tables(train_gpt):
-    code, line = fails(train_gpt, "--dtype", "fp16", "--kernels", "learner")
+@pytest.mark.parametrize("table", ["learner", "solutions", "fast"])
+def test_fp16_has_no_exercise_tables(train_gpt, table):
+    code, line = fails(train_gpt, "--dtype", "fp16", "--kernels", table)
     assert code == 2 and "module 08's exercise tables run in fp32 or bf16, not fp16" in line
 
 

@@ -43,8 +43,9 @@ struct Table {
                                           int batch, int heads, int T, int D, float scale,
                                           bool causal, int qkv_row_stride, int o_row_stride);
     bool (*nccl_available)();
-    void (*nccl_all_reduce_sum)(void* const* buffers, int gpus, std::size_t count,
-                                Element element);
+    void (*nccl_all_reduce_sum)(void* const* buffers, int gpus, std::size_t count, Element element);
+    void (*cub_segmented_sort_descending)(const float* keys, float* sorted_keys,
+                                          int* sorted_indices, int rows, int cols);
 };
 
 // The C name of the library's `const Table* course_baselines_table()`.

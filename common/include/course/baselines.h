@@ -197,5 +197,14 @@ inline void nccl_all_reduce_sum(void* const* buffers, int gpus, std::size_t coun
     table().nccl_all_reduce_sum(buffers, gpus, count, element);
 }
 
+// Each row of a rows x cols row-major float matrix sorted, largest first, with the indices of
+// its elements in the row: CUB's DeviceSegmentedRadixSort::SortPairsDescending (stable: equal
+// keys keep their order, the smaller index first). The first k of a row are its top k (module
+// 10's topk is timed against it).
+inline void cub_segmented_sort_descending(const float* keys, float* sorted_keys,
+                                          int* sorted_indices, int rows, int cols) {
+    table().cub_segmented_sort_descending(keys, sorted_keys, sorted_indices, rows, cols);
+}
+
 }  // namespace
 }  // namespace course::baseline

@@ -28,7 +28,11 @@ make_tree() {
     mkdir -p "$tree"
     tar -C "$root" --exclude=./build --exclude=./.git --exclude=./.grader --exclude=./.venv \
       -cf - . | tar -xf - -C "$tree"
-    bash "$tree/dev/drafts/$module/move_into_place.sh"
+    # The copy has no virtual environment: the checkout's rewrites the copy's ROADMAP and
+    # progress. A refused move leaves no tree behind (the next call would take it for a moved one;
+    # set -e does not stop a function called in a && list).
+    PYTHON=${PYTHON:-$root/.venv/bin/python} bash "$tree/dev/drafts/$module/move_into_place.sh" ||
+      { rm -rf "$tree"; echo "scratch.sh: the move failed, the copy is removed" >&2; return 1; }
     return
   fi
   # Refresh: the draft's newer files where move_into_place.sh put them, their times kept (after a

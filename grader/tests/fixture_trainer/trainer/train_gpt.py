@@ -36,7 +36,7 @@ if table != "reference":
     choices = option("--kernel-choices")
     plugged = [line.split() for line in Path(choices).read_text().splitlines()
                if line.strip() and not line.startswith("#")]
-    whose = "yours" if table == "learner" else "solution"
+    whose = {"learner": "yours", "solutions": "solution", "fast": "fast"}[table]
     print(f"kernels: {table} ({choices}), every other op the reference's:")
     for op, exercise in plugged:
         print(f"  {op:<19} {whose}: {exercise} | as its contract says")

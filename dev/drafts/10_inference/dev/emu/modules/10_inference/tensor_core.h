@@ -1,0 +1,5 @@
+// modules/10_inference/tensor_core.h on the CPU emulator: module 07's wrappers (which the GPU
+// build includes as they are) as the emulator carries them out, from its own folder.
+#pragma once
+
+#include "../07_attention/tensor_core.h"

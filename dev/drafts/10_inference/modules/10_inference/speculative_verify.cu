@@ -1,0 +1,35 @@
+// 10_inference/speculative_verify: the verification step of speculative decoding, rejection
+// sampling that keeps a prefix of a draft model's tokens and draws one more from the target.
+//
+// Teaches: why the rule "accept t with probability min(1, p(t) / q(t)), else draw from the
+// renormalized max(0, p - q)" makes the tokens follow the target model exactly, whatever the
+// draft; the layout of a batch of drafts (gamma + 1 target rows per sequence, gamma draft rows);
+// a first-rejection search across threads (atomicMin in shared memory); a draw from a residual
+// distribution that has to be renormalized first. The checker compares your tokens with a
+// reference on fixed uniforms and tests their distribution over 65536 sequences (chi-square).
+//
+// Run:  grader run 10/speculative_verify     Stuck:  grader hint 10/speculative_verify
+// Contract: speculative_verify.h             Notes:  notes/10_inference.md, section 5
+#include "course/exercise.h"
+#include "speculative_verify.h"
+
+__global__ void speculative_verify_kernel(const float* p, const float* q, const int* draft_tokens,
+                                          const float* uniforms, const float* residual_uniforms,
+                                          int* out_tokens, int* accepted, int gamma, int vocab) {
+    // TODO: block b verifies sequence b. Its target rows start at p + (b * (gamma + 1)) * vocab,
+    //       its draft rows at q + (b * gamma) * vocab (64-bit offsets).
+    // TODO: n = the first position i whose draft token is rejected (uniforms[b][i] not below
+    //       p / q at the token), gamma if none; accepted[b] = n; out_tokens[b][i] = t_i for
+    //       i < n and -1 for i > n.
+    // TODO: out_tokens[b][n] = the draw with residual_uniforms[b] from max(0, p_n - q_n)
+    //       renormalized, or from p_gamma when n == gamma: the first token whose cumulative
+    //       weight exceeds u times the total weight.
+}
+
+void speculative_verify(const float* p, const float* q, const int* draft_tokens,
+                        const float* uniforms, const float* residual_uniforms, int* out_tokens,
+                        int* accepted, int batch, int gamma, int vocab) {
+    // TODO: one block of 256 threads per sequence, then CUDA_CHECK_LAUNCH().
+    COURSE_TODO(
+        "speculative_verify: write speculative_verify_kernel and launch it, then delete this line");
+}
