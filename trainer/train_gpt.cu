@@ -2,9 +2,10 @@
 // validation, checkpoints, a loss curve and samples, and generates text from a checkpoint.
 //
 // Teaches: the loop around a model. Gradient accumulation over micro-batches, the learning-rate
-// schedule (linear warmup, then cosine decay), clipping by the global gradient norm, AdamW,
-// checkpoints that resume exactly where they stopped, and how throughput is reported (tokens per
-// second, and MFU: the model's FLOPs per second as a share of what the GPU can do).
+// schedule (linear warmup, then cosine decay), clipping by the global gradient norm, AdamW, fp16's
+// dynamic loss scaling (a step whose gradients overflowed is skipped), checkpoints that resume
+// exactly where they stopped, and how throughput is reported (tokens per second, and MFU: the
+// model's FLOPs per second as a share of what the GPU can do).
 //
 // Read it top to bottom: options, the learning rate, checkpoints, sampling, then main().
 //
@@ -33,6 +34,7 @@
 #include "data.h"
 #include "data_parallel.h"
 #include "gpt.h"
+#include "loss_scaler.h"
 
 namespace trainer {
 namespace {
@@ -43,7 +45,7 @@ struct Options {
     std::string data = "data/shakespeare";  // DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin
     std::string train, val, tokenizer;      // each overrides its part of --data
     std::string model = "tiny";
-    std::string dtype;  // bf16 (default where the GPU has it) or fp32
+    std::string dtype;  // bf16 (default where the GPU has it), fp16 (default elsewhere) or fp32
     std::string kernels = "reference";
     std::string kernel_choices;       // module 08: which exercise runs each op (ops.h)
     int check_ops = 0;                // module 08: compare each exercise's op with the reference
@@ -79,7 +81,8 @@ data
   --train GLOB --val GLOB --tokenizer FILE   override one part of --data (llm.c's shards work)
 model
   -m, --model NAME      tiny, small, gpt2-124m                              [tiny]
-  --dtype bf16|fp32     mixed precision (fp32 master weights) or all-fp32   [bf16; fp32 before sm_80]
+  --dtype NAME          bf16 or fp16: mixed precision, fp32 master weights  [bf16; fp16
+                        (fp16 with dynamic loss scaling); fp32: all-fp32    before sm_80]
   --kernels NAME        the table of ops (trainer/ops.h): reference, profile [reference]
                         (the reference, each op timed), learner (your exercises' kernels, module
                         08), solutions (the course's readable solutions in their place),
@@ -90,7 +93,8 @@ model
                         exercise, on step 0 and every N steps, and stop where they differ [0: off]
   --profile             time each op of the table alone (GPU time per op at exit)
   --attention NAME      bf16 attention: cudnn (cuDNN's fused attention,       [cudnn]
-                        where the build has cuDNN) or flash (module 07's kernels)
+                        where the build has cuDNN) or flash (module 07's kernels);
+                        fp16 and fp32: cuBLAS products and a causal softmax
 batch
   -b N                  sequences per micro-batch                           [4]
   -t N                  tokens per sequence                                 [the model's context]
@@ -115,7 +119,7 @@ evaluation and output
   --sample-length N --temperature X --top-k N                               [128 1.0 40]
   --generate            only sample from --resume's model
   --dump-step0 DIR      write step 0's weights, batch, logits, loss and gradients (the PyTorch check)
-  --peak-tflops X       the GPU's dense bf16 peak, for MFU                  [from the GPU's name]
+  --peak-tflops X       the GPU's dense 16-bit peak, for MFU                [from the GPU's name]
 several GPUs of this machine
   trainer/launch.sh N [options]   one process per GPU, the gradients summed by NCCL every step;
                         -b is per GPU (N GPUs at -b B take the steps of one at -b N*B)
@@ -252,6 +256,9 @@ Options parse_options(int argc, char** argv) {
     if (o.zero != 0 && o.zero != 1)
         usage_error("--zero " + std::to_string(o.zero) + ": 0 or 1 (ZeRO-1 shards the optimizer)");
     if (o.bucket_mb < 0) usage_error("--bucket-mb must be 0 or more");
+    if (!o.dtype.empty() && o.dtype != "bf16" && o.dtype != "fp16" && o.dtype != "fp32")
+        usage_error("--dtype " + o.dtype + ": bf16, fp16 or fp32");
+    if (o.dtype == "fp16") exercise_table<fp16>(o.kernels);  // throws for module 08's tables
     allow_cudnn_attention(o.attention == "cudnn");
     configure_exercise_tables({o.kernel_choices, o.check_ops, o.steps});
     return o;
@@ -277,6 +284,10 @@ struct Checkpoint {
     int step = 0;                       // optimizer steps done
     std::size_t shard = 0, offset = 0;  // where the training data continues
     std::vector<float> params, m, v;
+    // fp16's loss scaler (loss_scaler.h); a scale of 0: none recorded (a checkpoint of another
+    // dtype, or from before fp16), the scaler starts afresh.
+    float loss_scale = 0.0f;
+    int skipped = 0, clean_steps = 0;
 };
 
 std::string describe(const GptConfig& c) {
@@ -299,8 +310,12 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
                                    checkpoint.step,
                                    static_cast<std::int32_t>(checkpoint.shard),
                                    static_cast<std::int32_t>(checkpoint.offset >> 31),
-                                   static_cast<std::int32_t>(checkpoint.offset & 0x7fffffff)};
+                                   static_cast<std::int32_t>(checkpoint.offset & 0x7fffffff),
+                                   0,  // the loss scale's bits, below
+                                   checkpoint.skipped,
+                                   checkpoint.clean_steps};
     std::copy(std::begin(fields), std::end(fields), header);
+    std::memcpy(&header[12], &checkpoint.loss_scale, sizeof(float));
     // Written beside the target, then renamed over it: a crash leaves the old checkpoint whole.
     const std::string temporary = path + ".partial";
     {
@@ -327,6 +342,9 @@ Checkpoint load_checkpoint(const std::string& path) {
     checkpoint.shard = static_cast<std::size_t>(header[9]);
     checkpoint.offset =
         (static_cast<std::size_t>(header[10]) << 31) | static_cast<std::size_t>(header[11]);
+    std::memcpy(&checkpoint.loss_scale, &header[12], sizeof(float));
+    checkpoint.skipped = header[13];
+    checkpoint.clean_steps = header[14];
     const std::size_t count = param_layout(checkpoint.config).total;
     if (bytes != static_cast<std::streamoff>(sizeof header + 3 * count * sizeof(float)))
         throw std::runtime_error(path + ": truncated checkpoint (" + std::to_string(bytes) +
@@ -381,7 +399,8 @@ std::string generate(Gpt<Act>& model, const Tokenizer& tokenizer, const Options&
 
 // ---- Throughput ----
 
-// Dense bf16 tensor-core peaks (TFLOP/s) by GPU name, for MFU; 0 where unknown.
+// Dense 16-bit tensor-core peaks (TFLOP/s) by GPU name, for MFU (bf16 and fp16 are the same
+// where both exist; the T4's is fp16's); 0 where unknown.
 double peak_tflops_of(const std::string& name) {
     struct Peak {
         const char* name;
@@ -425,8 +444,13 @@ void dump_step0(Gpt<Act>& model, TokenLoader& loader, const Options& o, int T) {
     const float loss = model.loss(inputs.data(), targets.data(), o.batch, T);
     write_array(dir + "logits.bin", model.logits(o.batch, T));
     model.zero_grads();
-    model.forward_backward(inputs.data(), targets.data(), o.batch, T, 1.0f / (o.batch * T));
-    write_array(dir + "grads.bin", model.grads());
+    // fp16: the backward from the loss scaled as the first step scales it, the gradients divided
+    // back (exactly: the scale is a power of two), as PyTorch's GradScaler unscales them.
+    const float loss_scale = std::is_same_v<Act, fp16> ? LossScaler::kInitialScale : 1.0f;
+    model.forward_backward(inputs.data(), targets.data(), o.batch, T, loss_scale / (o.batch * T));
+    std::vector<float> grads = model.grads();
+    for (float& g : grads) g /= loss_scale;
+    write_array(dir + "grads.bin", grads);
     model.zero_grads();
     const GptConfig& c = model.config();
     std::ofstream meta(dir + "meta.txt");
@@ -473,9 +497,23 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         static_cast<long long>(o.batch) * T * o.grad_accum * gpus;
     const double flops_per_step = flops_per_token(config, T) * tokens_per_step;
     const double peak = o.peak_tflops > 0 ? o.peak_tflops : peak_tflops_of(gpu_name);
+    std::string precision = kDtypeName<Act>;
+    if (!std::is_same_v<Act, float>) precision += " with fp32 master weights";
+    if (std::is_same_v<Act, fp16>) precision += " and dynamic loss scaling";
     std::printf("model %s (%s), %.1fM parameters, %s, kernels: %s\n", o.model.c_str(),
-                describe(config).c_str(), param_layout(config).total / 1e6,
-                std::is_same_v<Act, float> ? "fp32" : "bf16 with fp32 master weights", ops->name);
+                describe(config).c_str(), param_layout(config).total / 1e6, precision.c_str(),
+                ops->name);
+    const int head_size = config.channels / config.heads;
+    if (!ops->attention_keeps_scores(head_size))
+        std::printf("attention: fused, %s\n",
+                    o.attention == "cudnn" ? "cuDNN's (module 07's flash kernels where it refuses)"
+                                           : "module 07's flash kernels (--attention flash)");
+    else
+        std::printf("attention: the T x T way, cuBLAS products and a causal softmax (%s)\n",
+                    !std::is_same_v<Act, bf16> ? "the fused kernels here are bf16's"
+                    : head_size == 64 || head_size == 128
+                        ? "the fused kernels need compute capability 8.0 in the GPU and the build"
+                        : "the fused kernels take heads of 64 or 128");
     std::printf(
         "batch %d x %d tokens x %d micro-batches x %d GPUs = %lld tokens per step, %d steps; GPU "
         "%s, %.2f GiB allocated\n",
@@ -510,12 +548,23 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         }
         return static_cast<float>(sum / o.val_batches);
     };
+    // fp16's loss scaling (loss_scaler.h): the backward starts from the loss times scaler.scale(),
+    // the update divides it out; bf16 and fp32 keep a scale of 1.
+    constexpr bool scaled = std::is_same_v<Act, fp16>;
+    LossScaler scaler(scaled ? LossScaler::kInitialScale : 1.0f);
+    if (scaled && resumed && resumed->loss_scale > 0.0f)
+        scaler.restore(resumed->loss_scale, resumed->skipped, resumed->clean_steps);
     // Rank 0 writes; sharded, every rank takes part in gathering the weights and moments.
     auto save = [&](int step, const std::string& name) {
         if (!sharded && !ranks.main()) return;
         Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
                               {},     {}};
         model.optimizer_state(&checkpoint.m, &checkpoint.v);
+        if (scaled) {
+            checkpoint.loss_scale = scaler.scale();
+            checkpoint.skipped = static_cast<int>(scaler.skipped());
+            checkpoint.clean_steps = scaler.clean_steps();
+        }
         if (ranks.main()) save_checkpoint(o.out + "/" + name, checkpoint);
     };
 
@@ -536,6 +585,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             save(step, "model_step" + std::to_string(step) + ".ckpt");
 
         const auto start = std::chrono::steady_clock::now();
+        const float scale = scaler.scale();
         model.zero_grads();
         double loss = 0.0;
         for (int micro = 0; micro < o.grad_accum; ++micro) {
@@ -548,7 +598,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             // ranks may start as it goes.
             const bool last = micro == o.grad_accum - 1;
             loss += model.forward_backward(inputs.data(), targets.data(), o.batch, T,
-                                           1.0f / tokens_per_step,
+                                           scale / tokens_per_step,
                                            last ? ranks.gradients_finished() : nullptr) /
                     o.grad_accum;
         }
@@ -557,14 +607,28 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         ranks.sum_gradients(model.device_grads(), model.gradient_slice());
         loss = ranks.mean(static_cast<float>(loss));
         const float lr = learning_rate(o, step);
-        const float norm =
-            model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip, step + 1);
+        // AdamW counts the steps it took (its bias correction): a skipped step is not one.
+        const float norm = model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip,
+                                        step + 1 - static_cast<int>(scaler.skipped()), scale);
         CUDA_CHECK(cudaDeviceSynchronize());
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (!std::isfinite(loss))
-            throw std::runtime_error("the loss is " + std::to_string(loss) + " at step " +
-                                     std::to_string(step) + ": lower the learning rate (--lr)");
+            throw std::runtime_error(
+                "the loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
+                ": lower the learning rate (--lr)" +
+                (scaled ? " (or train in fp32: an fp16 activation may have passed 65504)" : ""));
+        // An overflow in the scaled backward: the step was not taken (fp16). Elsewhere the
+        // gradient of a finite loss is not inf or NaN unless the run diverges.
+        if (!scaled && !std::isfinite(norm))
+            throw std::runtime_error("the gradient's norm is " + std::to_string(norm) +
+                                     " at step " + std::to_string(step) +
+                                     ": lower the learning rate (--lr)");
+        const bool taken = !scaled || scaler.update(std::isfinite(norm));
+        std::string scaling;  // what the loss scaler did, where it did something
+        if (scaled && scaler.scale() != scale)
+            scaling = (taken ? " | loss scale up to " : " | overflow: step skipped, loss scale ") +
+                      std::to_string(static_cast<long long>(scaler.scale()));
         if (step == (resumed ? resumed->step : 0)) {
             std::size_t free_bytes = 0, total_bytes = 0;
             CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -584,9 +648,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (std::isfinite(mfu)) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mfu);
         std::printf(
             "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | "
-            "left %s\n",
+            "left %s%s\n",
             step + 1, o.steps, loss, lr, norm, 1e3 * seconds, tokens_per_s, mfu_text,
-            duration(mean_step * (o.steps - step - 1)).c_str());
+            duration(mean_step * (o.steps - step - 1)).c_str(), scaling.c_str());
         std::fflush(stdout);
         csv << step + 1 << ',' << loss << ','
             << (std::isnan(val_loss) ? "" : std::to_string(val_loss)) << ',' << lr << ',' << norm
@@ -610,6 +674,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         std::printf("; GPU memory in use after the first step: %.2f GiB\n",
                     peak_used / 1073741824.0);
     }
+    if (scaled)
+        std::printf("fp16 loss scaling: %ld of %d steps skipped (overflow), loss scale %.0f\n",
+                    scaler.skipped(), o.steps, scaler.scale());
     if (o.save) std::printf("checkpoint: %s/model.ckpt\n", o.out.c_str());
     std::printf("loss curve: %s\n", csv_path.c_str());
     if (o.sample_length > 0 && ranks.main())
@@ -666,20 +733,26 @@ int main_checked(int argc, char** argv) {
         throw std::runtime_error("rank " + std::to_string(ranks.rank()) + ": cannot quiet stdout");
     cudaDeviceProp properties{};
     CUDA_CHECK(cudaGetDeviceProperties(&properties, ranks.rank()));
+    // bf16 has fp32's range (no loss scaling) and tensor cores from compute capability 8.0; before
+    // that, fp16's tensor cores (7.0 and newer: the T4 is 7.5) with loss scaling.
     const bool has_bf16 = properties.major >= 8;
-    const std::string dtype = o.dtype.empty() ? (has_bf16 ? "bf16" : "fp32") : o.dtype;
+    const std::string dtype = o.dtype.empty() ? (has_bf16 ? "bf16" : "fp16") : o.dtype;
+    if (o.dtype.empty())
+        std::printf("--dtype %s: the default on %s (compute capability %d.%d; bf16 from 8.0)\n",
+                    dtype.c_str(), properties.name, properties.major, properties.minor);
     if (dtype == "bf16") {
         if (!has_bf16)
             throw std::runtime_error(std::string(properties.name) +
                                      " has no bf16 tensor cores (compute capability 8.0 or newer): "
-                                     "use --dtype fp32");
+                                     "use --dtype fp16 or fp32");
         return run<bf16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
                          properties.name, ranks);
     }
-    if (dtype == "fp32")
-        return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
-                          properties.name, ranks);
-    usage_error("--dtype " + dtype + ": bf16 or fp32");
+    if (dtype == "fp16")
+        return run<fp16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                         properties.name, ranks);
+    return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                      properties.name, ranks);
 }
 
 }  // namespace

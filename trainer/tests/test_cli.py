@@ -33,6 +33,17 @@ def test_unknown_attention(train_gpt):
     assert code == 2 and "--attention fast: cudnn or flash" in line
 
 
+def test_unknown_dtype(train_gpt):
+    code, line = fails(train_gpt, "--dtype", "fp8")
+    assert code == 2 and "--dtype fp8: bf16, fp16 or fp32" in line
+
+
+@pytest.mark.parametrize("table", ["learner", "solutions", "fast"])
+def test_fp16_has_no_exercise_tables(train_gpt, table):
+    code, line = fails(train_gpt, "--dtype", "fp16", "--kernels", table)
+    assert code == 2 and "module 08's exercise tables run in fp32 or bf16, not fp16" in line
+
+
 def test_check_ops_takes_a_number_of_steps(train_gpt):
     code, line = fails(train_gpt, "--kernels", "learner", "--check-ops", "often")
     assert code == 2 and "--check-ops takes a number, not 'often'" in line
@@ -86,11 +97,12 @@ def test_without_a_gpu_says_so(train_gpt, byte_data):
     assert result.stderr.strip() == "train_gpt: error: no CUDA GPU is visible: the trainer needs one"
 
 
-def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_path):
+@pytest.mark.parametrize("dtype", [[], ["--dtype", "fp16"]], ids=["default", "fp16"])
+def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_path, dtype):
     """40 steps straight, and 20 steps resumed from the checkpoint of step 20: the same losses,
-    bit for bit (weights, optimizer state and data position all come back)."""
+    bit for bit (weights, optimizer state, data position and fp16's loss scale all come back)."""
     common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "0",
-              "--sample-length", "8"]
+              "--sample-length", "8", *dtype]
     straight = subprocess.run([train_gpt, *common, "--checkpoint-every", "20", "--out", str(tmp_path / "a")],
                               capture_output=True, text=True, errors="replace", timeout=300)
     if "no CUDA GPU" in straight.stderr:
