@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -363,22 +364,27 @@ Checkpoint load_checkpoint(const std::string& path) {
     return checkpoint;
 }
 
-// The loss curve of a resumed run: the header and the training rows of the steps up to the
-// checkpoint's are kept, then the resumed steps are appended. A run stopped after its checkpoint
-// may have written rows beyond it (the last one cut short, where it was killed); they go, so that
-// the curve reads as the uninterrupted run's. A validation-only row ends a finished run: it goes
-// too. Written beside the file, then renamed over it.
+// loss.csv's first line.
+constexpr const char* kLossCurveHeader =
+    "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+
+// The loss curve of a resumed run: the training rows of the steps up to the checkpoint's are
+// kept, then the resumed steps are appended. A run stopped after its checkpoint may have written
+// rows beyond it (the last one cut short, where it was killed); they go, so that the curve reads
+// as the uninterrupted run's. A validation-only row ends a finished run: it goes too. Written
+// beside the file, then renamed over it.
 void keep_loss_rows(const std::string& path, int last_step) {
     std::ifstream in(path, std::ios::binary);
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    std::string kept;
+    std::string kept = kLossCurveHeader;
     // Whole lines only: a line without its newline was cut short.
     for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos;
          start = end + 1) {
         const std::string row = text.substr(start, end + 1 - start);
         const std::size_t comma = row.find(',');
-        const bool trained = comma != std::string::npos && row[comma + 1] != ',';
-        if (start == 0 || (trained && std::atoi(row.c_str()) <= last_step)) kept += row;
+        const bool trained = std::isdigit(static_cast<unsigned char>(row[0])) &&
+                             comma != std::string::npos && row[comma + 1] != ',';
+        if (trained && std::atoi(row.c_str()) <= last_step) kept += row;
     }
     const std::string temporary = path + ".partial";
     {
@@ -554,7 +560,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (append) keep_loss_rows(csv_path, resumed->step);
         csv.open(csv_path, append ? std::ios::app : std::ios::trunc);
         if (!csv) throw std::runtime_error(csv_path + ": cannot write the loss curve");
-        if (!append) csv << "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+        if (!append) csv << kLossCurveHeader;
     }
 
     auto validation_loss = [&]() {
@@ -569,6 +575,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     };
     // Rank 0 writes; sharded, every rank takes part in gathering the weights and moments.
     auto save = [&](int step, const std::string& name) {
+        csv.flush();  // the loss curve's rows up to `step` are on disk before its checkpoint is
         if (!sharded && !ranks.main()) return;
         Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
                               {},     {}};
@@ -613,7 +620,6 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             const bool stop = agreed(step == o.stop_at || late);
             if (stop ||
                 agreed(o.checkpoint_seconds > 0 && since(last_save) >= o.checkpoint_seconds)) {
-                csv.flush();  // the rows up to this step are on disk before the checkpoint is
                 const auto start = std::chrono::steady_clock::now();
                 save(step, "latest.ckpt");
                 save_estimate = since(start);
