@@ -128,8 +128,20 @@ if [ "$part" = full ]; then
        exit 3 ;;
     *) status=1 ;;
   esac
+  # The curves went on across the commands: steps 1 to 1000 once each, in order, in both runs.
+  TAIL=2 step curves-continued python3 - build/accept-train-gpt-runs/gpt2-124m-{reference,solutions}/loss.csv <<'EOF' || status=1
+import csv, sys
+steps = {path: [int(row["step"]) for row in csv.DictReader(open(path)) if row["train_loss"]]
+         for path in sys.argv[1:]}
+for path, found in steps.items():
+    print(f"{path}: {len(found)} training rows, steps 1 to 1000 in order: {found == list(range(1, 1001))}")
+sys.exit(any(found != list(range(1, 1001)) for found in steps.values()))
+EOF
   bin=build/solutions/bin/train_gpt
   choices=build/solutions/trainer_kernels/solution.txt
+  # train_gpt stopped and resumed against the uninterrupted run, bit for bit (tiny model).
+  TAIL=4 step resume-tests env TRAIN_GPT="$bin" python3 -m pytest -q -p no:cacheprovider -rs \
+    trainer/tests/test_cli.py -k "resumed or stopped" || status=1
   TAIL=10 step generate "$bin" --generate --resume build/accept-train-gpt-runs/gpt2-124m-solutions/model.ckpt \
     --kernels solutions --kernel-choices "$choices" --sample-length 64 --seed 7 || status=1
   gpt2=(-m gpt2-124m -b 16 -t 1024 --steps 6 --val-every 0 --sample-length 0 --no-checkpoint --out build/accept-train-gpt-profile)
