@@ -5,11 +5,16 @@
 # then every planted bug of the selection, one copy of the tree per exercise, the copies in
 # parallel.
 #
-#   dev/accept.sh SELECTOR... [--no-mutants | --only-mutants] [--memcheck]
+#   dev/accept.sh SELECTOR... [--no-mutants | --only-mutants] [--memcheck] [--mutant NAME]...
+#                 [--no-oldest-arch]
 #     SELECTOR    as for `grader run`: all, a module (06) or an exercise (06/layernorm); several
 #                 selectors (01 02 03) share one batch of parallel copies
 #     --only-mutants  the planted bugs alone (a second command when the whole acceptance of
 #                 the selection does not fit in one)
+#     --mutant NAME   of the selection's planted bugs, only those named so (repeat it): the new
+#                 ones of a branch, without the hundreds already proven
+#     --no-oldest-arch  without the sm_75 build of the solutions (for a change to the checkers
+#                 and the harness's host side, where the solutions' device code is as it was)
 #     --memcheck  also run every reference (readable and fast) of the selection under
 #                 compute-sanitizer's memcheck, exact allocations, its correctness cases only,
 #                 eight at a time (what `grader check` does on a GPU): memcheck.txt
@@ -26,15 +31,19 @@
 # stretch), every stub reports todo and every planted bug is caught.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
-selectors=() mutants=yes memcheck=no references=yes
-for argument in "$@"; do
-  case "$argument" in
+[ $# -ge 1 ] || { sed -n '2,24p' "$0"; exit 2; }
+selectors=() mutants=yes memcheck=no references=yes names=() oldest=yes
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-mutants) mutants=no ;;
     --only-mutants) references=no ;;
     --memcheck) memcheck=yes ;;
-    *) selectors+=("$argument") ;;
+    --no-oldest-arch) oldest=no ;;
+    --mutant) [ $# -ge 2 ] || { echo "--mutant needs a name" >&2; exit 2; }
+              names+=("$2"); shift ;;
+    *) selectors+=("$1") ;;
   esac
+  shift
 done
 [ "$references$memcheck" = noyes ] && { echo "--memcheck needs the references' run" >&2; exit 2; }
 out=${OUT:-build/accept}
@@ -57,9 +66,11 @@ if [ "$references" = yes ]; then
   : > "$out/checking.txt"
   # What a configure without a GPU makes (sm_75, the course's oldest), run on this GPU from PTX: the
   # host must take the paths the device code was compiled for (course::clusters_available).
-  oldest=build/accept-oldest-arch
-  rm -rf "$oldest" && mkdir -p "$oldest"
-  tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$oldest"
+  oldest_tree=build/accept-oldest-arch
+  if [ "$oldest" = yes ]; then
+    rm -rf "$oldest_tree" && mkdir -p "$oldest_tree"
+    tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$oldest_tree"
+  fi
   for selector in "${selectors[@]}"; do
     COURSE_CHECKING_LOG=$(cd "$out" && pwd)/checking.txt \
       python3 -m grader run "$selector" --solutions >> "$out/solutions.txt" 2>&1 || status=1
@@ -68,12 +79,14 @@ if [ "$references" = yes ]; then
     grep -qE '^\S+.* not met \((>=|per case)' "$out/solutions.txt" && status=1
     # Exercises whose instructions sm_75 lacks (module 05's tensor cores: min_sm 80 and 90) skip
     # there with the reason; only a failure counts.
-    (cd "$oldest" && CUDAARCHS=75 python3 -m grader run "$selector" --solutions) \
-      > "$out/oldest-arch.part" 2>&1
-    cat "$out/oldest-arch.part" >> "$out/oldest-arch.txt"
-    grep -qE '^\S+( \((readable|fast)\))? +(fail|build error|crash|timeout) ' \
-      "$out/oldest-arch.part" && status=1
-    rm -f "$out/oldest-arch.part"
+    if [ "$oldest" = yes ]; then
+      (cd "$oldest_tree" && CUDAARCHS=75 python3 -m grader run "$selector" --solutions) \
+        > "$out/oldest-arch.part" 2>&1
+      cat "$out/oldest-arch.part" >> "$out/oldest-arch.txt"
+      grep -qE '^\S+( \((readable|fast)\))? +(fail|build error|crash|timeout) ' \
+        "$out/oldest-arch.part" && status=1
+      rm -f "$out/oldest-arch.part"
+    fi
     # The stubs must all report todo, which `grader run` counts as not passing (exit 1).
     python3 -m grader run "$selector" >> "$out/stubs.txt" 2>&1
   done
@@ -110,9 +123,11 @@ EOF
 fi
 
 if [ "$mutants" = yes ]; then
-  # The exercises of the selection that have planted bugs, as module/exercise, found by the
+  # The exercises of the selection that have planted bugs (of those --mutant names, where it
+  # names some), as module/exercise, each followed by its --mutant arguments; found by the
   # grader's own selector and mutant reader.
-  mapfile -t exercises < <(python3 - "${selectors[@]}" <<'EOF'
+  mapfile -t lines < <(NAMES="${names[*]}" python3 - "${selectors[@]}" <<'EOF'
+import os
 import sys
 from pathlib import Path
 from grader.course import load_course, select
@@ -120,17 +135,30 @@ from grader.mutants import read_mutants
 course = load_course(Path.cwd())
 selected = [exercise for selector in sys.argv[1:] for exercise in select(course, selector)]
 mutants, _ = read_mutants(course, selected)
-print("\n".join(dict.fromkeys(mutant.exercise.key for mutant in mutants)))
+names = os.environ["NAMES"].split()
+if unknown := set(names) - {mutant.name for mutant in mutants}:
+    sys.exit(f"no planted bug named {', '.join(sorted(unknown))} in {' '.join(sys.argv[1:])}")
+per_exercise = {}
+for mutant in mutants:
+    if not names or mutant.name in names:
+        per_exercise.setdefault(mutant.exercise.key, []).append(mutant.name)
+for key, found in per_exercise.items():
+    print(" ".join([key] + [f"--mutant {name}" for name in dict.fromkeys(found) if names]))
 EOF
-)
+  )
+  [ "${#lines[@]}" -gt 0 ] || { echo "no planted bugs in the selection" >&2; exit 2; }
+  exercises=()
   copies=build/accept-copies
   rm -rf "$copies" && mkdir -p "$copies"
-  for exercise in "${exercises[@]}"; do
+  for line in "${lines[@]}"; do
+    read -r exercise arguments <<< "$line"
+    exercises+=("$exercise")
     copy=$copies/${exercise//\//.}
     mkdir -p "$copy"
     tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$copy"
-    (cd "$copy" && python3 -m grader check --mutants --no-build "$exercise" > check.log 2>&1;
-     echo $? > check.rc) &
+    # $arguments unquoted: its --mutant NAME pairs, one word each.
+    (cd "$copy" && python3 -m grader check --mutants --no-build "$exercise" $arguments \
+       > check.log 2>&1; echo $? > check.rc) &
   done
   wait
   : > "$out/mutants.txt"

@@ -207,9 +207,12 @@ def _print_hint(texts: tuple[str, ...], tier: int) -> None:
 @click.option("--emulate", is_flag=True,
               help="With --mutants: run the planted bugs on the CPU emulator (dev/emu), no GPU "
                    "needed; only for the modules it runs (COURSE_EMULATED_MODULES).")
+@click.option("--mutant", "mutant_names", multiple=True, metavar="NAME",
+              help="With --mutants: only the planted bugs of this name in the selection "
+                   "(repeat it for several).")
 @click.pass_obj
 def check(root_option: Path | None, selector: str, no_build: bool, with_mutants: bool,
-          emulate: bool) -> None:
+          emulate: bool, mutant_names: tuple[str, ...]) -> None:
     """Check the course itself (SELECTOR as for run, default all).
 
     Manifests, files and stub markers; then builds every learner and solution target and, on a
@@ -219,10 +222,16 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
     gpu = gpu_visible()
     if emulate and not with_mutants:
         raise UserError("--emulate goes with --mutants")
+    if mutant_names and not with_mutants:
+        raise UserError("--mutant goes with --mutants")
     if with_mutants and not gpu and not emulate:
         raise UserError("--mutants needs a GPU: a planted bug is caught by running its checker, "
                         "and nvidia-smi sees no GPU here (--emulate runs it on the CPU emulator)")
     course, exercises, problems = static_problems(root, selector)
+    if mutant_names:
+        known = {mutant.name for mutant in read_mutants(course, exercises)[0]}
+        if unknown := sorted(set(mutant_names) - known):
+            raise UserError(f"no planted bug named {', '.join(unknown)} in {selector}")
     if not no_build or with_mutants:
         _check_seed()
         require_build_tools()
@@ -231,7 +240,8 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
             _log("note: no NVIDIA GPU visible (nvidia-smi): building only, no checker is run")
         problems += build_problems(course, exercises, _log, run_checkers=gpu)
     if with_mutants:
-        problems += _mutant_problems(course, exercises, EMULATED if emulate else SOLUTION)
+        problems += _mutant_problems(course, exercises, EMULATED if emulate else SOLUTION,
+                                     mutant_names)
     for problem in problems:
         click.echo(problem)
     if problems:
@@ -252,9 +262,13 @@ def gpu(root_option: Path | None) -> None:
     gpu_table.print_table(make_console(), gpu_table.rows(facts))
 
 
-def _mutant_problems(course: Course, exercises: list[Exercise], variant: str) -> list[str]:
-    """Runs the planted bugs of `exercises`, prints their table, returns what went wrong."""
+def _mutant_problems(course: Course, exercises: list[Exercise], variant: str,
+                     names: tuple[str, ...] = ()) -> list[str]:
+    """Runs the planted bugs of `exercises` (those named `names`, where there are names), prints
+    their table, returns what went wrong."""
     mutants, problems = read_mutants(course, exercises)
+    if names:
+        mutants = [mutant for mutant in mutants if mutant.name in names]
     outcomes = run_mutants(course, mutants, _log, variant)
     print_mutants(make_console(), outcomes)
     return problems + [f"mutant {outcome.name} not caught: expected {outcome.expected}, "

@@ -124,9 +124,8 @@ void allow_cudnn_attention(bool allowed);
 void forget_op_times();
 
 // The tables this build has, by name ("reference", "profile", "learner", "solutions", "fast");
-// nullptr
-// for an unknown name. Errors in setting up an exercise table (a choices file that cannot be read)
-// throw std::runtime_error.
+// nullptr for an unknown name. Errors in setting up an exercise table (a choices file that cannot
+// be read) throw std::runtime_error.
 template <typename Act>
 const Ops<Act>* ops_table(const std::string& name);
 

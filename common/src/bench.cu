@@ -14,6 +14,7 @@
 
 #include "course/check.h"
 #include "course/gpu.h"
+#include "course/random.h"
 
 namespace course {
 
@@ -132,92 +133,113 @@ __global__ void count_differing_kernel(const Word* got, const Word* want, std::s
     }
 }
 
-// One TimedOutput during a time_against: the copy of what the warm-up calls left, and the
-// check of every timed call against it.
+// One TimedOutput during a time_against: the copies of what the warm-up calls left, one per
+// input set (TimedInput), and the check of every timed call against the one of its set.
 class OutputCheck {
   public:
     explicit OutputCheck(const TimedOutput& output) : output_(output) {
         const DeviceAllocation& a = output.allocation();
-        CUDA_CHECK(cudaMalloc(&reference_, a.bytes() == 0 ? 1 : a.bytes()));
+        for (void*& reference : references_)
+            CUDA_CHECK(cudaMalloc(&reference, a.bytes() == 0 ? 1 : a.bytes()));
         CUDA_CHECK(cudaMalloc(&result_, 2 * sizeof(unsigned long long)));
     }
     ~OutputCheck() {
-        cudaFree(reference_);
+        for (void* reference : references_) cudaFree(reference);
         cudaFree(result_);
     }
     OutputCheck(const OutputCheck&) = delete;
     OutputCheck& operator=(const OutputCheck&) = delete;
 
     void poison() { output_.allocation().poison(); }
-    void keep_reference() {
+    void keep_reference(int set) {
         const DeviceAllocation& a = output_.allocation();
-        CUDA_CHECK(cudaMemcpy(reference_, a.data(), a.bytes(), cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpy(references_[set], a.data(), a.bytes(), cudaMemcpyDeviceToDevice));
     }
-    // The output as the warm-up left it (and every timed call reproduced it), in place of the
-    // poison a baseline's call leaves there.
+    // The output as the warm-up left it from the first input set (and every timed call of that
+    // set reproduced it), in place of the poison a baseline's call leaves there.
     void restore_reference() {
         DeviceAllocation& a = output_.allocation();
-        CUDA_CHECK(cudaMemcpy(a.data(), reference_, a.bytes(), cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpy(a.data(), references_[0], a.bytes(), cudaMemcpyDeviceToDevice));
     }
-    // "" when the output matches the reference, else what is wrong (for timed call #call).
-    std::string check(int call) {
+    // "" when the output matches the reference of input set `set`, else what is wrong (for
+    // timed call #call).
+    std::string check(int call, int set) {
         const DeviceAllocation& a = output_.allocation();
-        const unsigned long long initial[2] = {0, kNone};
-        CUDA_CHECK(cudaMemcpy(result_, initial, sizeof initial, cudaMemcpyHostToDevice));
         const std::size_t count = a.bytes() / a.element_bytes();
-        const int threads = 256;
-        const int blocks = static_cast<int>(
-            std::min<std::size_t>(ceil_div(std::max<std::size_t>(count, 1), threads),
-                                  static_cast<std::size_t>(gpu().multiprocessors) * 8));
         const Tolerance& tol = output_.tolerance();
+        const void* reference = references_[set];
         switch (output_.kind()) {
             case TimedOutput::Kind::float32:
-                count_outside_tolerance_kernel<float><<<blocks, threads>>>(
-                    static_cast<const float*>(a.data()), static_cast<const float*>(reference_),
-                    count, tol, result_);
+                count_outside_tolerance_kernel<float><<<blocks(count), kThreads>>>(
+                    static_cast<const float*>(a.data()), static_cast<const float*>(reference),
+                    count, tol, start_count());
                 break;
             case TimedOutput::Kind::float64:
-                count_outside_tolerance_kernel<double><<<blocks, threads>>>(
-                    static_cast<const double*>(a.data()), static_cast<const double*>(reference_),
-                    count, tol, result_);
+                count_outside_tolerance_kernel<double><<<blocks(count), kThreads>>>(
+                    static_cast<const double*>(a.data()), static_cast<const double*>(reference),
+                    count, tol, start_count());
                 break;
             case TimedOutput::Kind::bits:
-                launch_bitwise(a, blocks, threads);
+                count_differing(a.data(), reference);
                 break;
         }
         CUDA_CHECK_LAUNCH();
-        unsigned long long result[2];
-        CUDA_CHECK(cudaMemcpy(result, result_, sizeof result, cudaMemcpyDeviceToHost));
-        return result[0] == 0 ? "" : describe(call, result[0], count, result[1]);
+        const auto [wrong, first] = counted();
+        return wrong == 0 ? "" : describe(call, set, wrong, count, first);
     }
+    // How many elements of the two input sets' references differ (bit for bit).
+    unsigned long long references_differing() {
+        count_differing(references_[0], references_[1]);
+        CUDA_CHECK_LAUNCH();
+        return counted().first;
+    }
+    const std::string& name() const { return output_.allocation().name(); }
 
   private:
-    void launch_bitwise(const DeviceAllocation& a, int blocks, int threads) {
-        const void* got = a.data();
+    static constexpr int kThreads = 256;
+    static int blocks(std::size_t count) {
+        return static_cast<int>(
+            std::min<std::size_t>(ceil_div(std::max<std::size_t>(count, 1), kThreads),
+                                  static_cast<std::size_t>(gpu().multiprocessors) * 8));
+    }
+    unsigned long long* start_count() {
+        const unsigned long long initial[2] = {0, kNone};
+        CUDA_CHECK(cudaMemcpy(result_, initial, sizeof initial, cudaMemcpyHostToDevice));
+        return result_;
+    }
+    std::pair<unsigned long long, unsigned long long> counted() const {
+        unsigned long long result[2];
+        CUDA_CHECK(cudaMemcpy(result, result_, sizeof result, cudaMemcpyDeviceToHost));
+        return {result[0], result[1]};
+    }
+    // Elements of `got` and `want` (this output's size and element type) that differ bit for bit.
+    void count_differing(const void* got, const void* want) {
+        const DeviceAllocation& a = output_.allocation();
+        unsigned long long* result = start_count();
         switch (a.element_bytes()) {
             case 2:
-                count_differing_kernel<std::uint16_t><<<blocks, threads>>>(
-                    static_cast<const std::uint16_t*>(got),
-                    static_cast<const std::uint16_t*>(reference_), a.bytes() / 2, result_);
+                count_differing_kernel<std::uint16_t><<<blocks(a.bytes() / 2), kThreads>>>(
+                    static_cast<const std::uint16_t*>(got), static_cast<const std::uint16_t*>(want),
+                    a.bytes() / 2, result);
                 return;
             case 4:
-                count_differing_kernel<std::uint32_t><<<blocks, threads>>>(
-                    static_cast<const std::uint32_t*>(got),
-                    static_cast<const std::uint32_t*>(reference_), a.bytes() / 4, result_);
+                count_differing_kernel<std::uint32_t><<<blocks(a.bytes() / 4), kThreads>>>(
+                    static_cast<const std::uint32_t*>(got), static_cast<const std::uint32_t*>(want),
+                    a.bytes() / 4, result);
                 return;
             case 8:
-                count_differing_kernel<std::uint64_t><<<blocks, threads>>>(
-                    static_cast<const std::uint64_t*>(got),
-                    static_cast<const std::uint64_t*>(reference_), a.bytes() / 8, result_);
+                count_differing_kernel<std::uint64_t><<<blocks(a.bytes() / 8), kThreads>>>(
+                    static_cast<const std::uint64_t*>(got), static_cast<const std::uint64_t*>(want),
+                    a.bytes() / 8, result);
                 return;
             default:  // bytes, and the element of a byte index is byte / element_bytes (below)
-                count_differing_kernel<std::uint8_t><<<blocks, threads>>>(
-                    static_cast<const std::uint8_t*>(got),
-                    static_cast<const std::uint8_t*>(reference_), a.bytes(), result_);
+                count_differing_kernel<std::uint8_t><<<blocks(a.bytes()), kThreads>>>(
+                    static_cast<const std::uint8_t*>(got), static_cast<const std::uint8_t*>(want),
+                    a.bytes(), result);
         }
     }
 
-    std::string describe(int call, unsigned long long wrong, std::size_t count,
+    std::string describe(int call, int set, unsigned long long wrong, std::size_t count,
                          unsigned long long first) const {
         const DeviceAllocation& a = output_.allocation();
         const std::size_t size = a.element_bytes();
@@ -235,7 +257,10 @@ class OutputCheck {
                            a.name() + "`: " + std::to_string(wrong) + " of its " +
                            std::to_string(per_byte ? a.bytes() : count) +
                            (per_byte ? " bytes" : " elements") +
-                           " are unlike those the warm-up call wrote, the first at [" +
+                           " are unlike those the warm-up call wrote from the same inputs (" +
+                           (set == 0 ? "the first" : "the second") +
+                           " of the two input sets the timed calls alternate between at random)"
+                           ", the first at [" +
                            std::to_string(element) + "]";
         text +=
             poisoned ? ", which still holds the poison the harness put there before the call" : "";
@@ -263,23 +288,106 @@ class OutputCheck {
     }
 
     const TimedOutput& output_;
-    void* reference_ = nullptr;
+    void* references_[2] = {nullptr, nullptr};  // per input set
     unsigned long long* result_ = nullptr;
+};
+
+// out[i] ^= pattern, the pattern's byte i % 8 for byte i: 16 bytes per thread and step over the
+// whole 16-byte words of the payload (it starts on a 16-byte boundary), bytes for the rest.
+__global__ void xor_kernel(unsigned char* bytes, std::size_t count, std::uint64_t pattern) {
+    const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const std::size_t words = count / 16;
+    const uint4 mask{static_cast<unsigned>(pattern), static_cast<unsigned>(pattern >> 32),
+                     static_cast<unsigned>(pattern), static_cast<unsigned>(pattern >> 32)};
+    uint4* vectors = reinterpret_cast<uint4*>(bytes);
+    for (std::size_t i = first; i < words; i += stride) {
+        uint4 v = vectors[i];
+        v.x ^= mask.x;
+        v.y ^= mask.y;
+        v.z ^= mask.z;
+        v.w ^= mask.w;
+        vectors[i] = v;
+    }
+    for (std::size_t i = 16 * words + first; i < count; i += stride)
+        bytes[i] ^= static_cast<unsigned char>(pattern >> (8 * (i % 8)));
+}
+
+// The TimedInputs of a time_against, in one of their two sets.
+class InputSets {
+  public:
+    explicit InputSets(const std::vector<TimedInput>& inputs) : inputs_(inputs) {}
+    bool any() const { return !inputs_.empty(); }
+    // Puts every input in input set `set` (0: as the checker made it; 1: its elements XORed).
+    void choose(int set) {
+        if (set == current_) return;
+        for (const TimedInput& input : inputs_) flip(input);
+        current_ = set;
+    }
+    // "`a` and `b`", for messages.
+    std::string names() const {
+        std::string text;
+        for (std::size_t i = 0; i < inputs_.size(); ++i)
+            text += (i == 0                    ? ""
+                     : i + 1 == inputs_.size() ? " and "
+                                               : ", ") +
+                    ("`" + inputs_[i].allocation().name() + "`");
+        return text;
+    }
+
+  private:
+    static void flip(const TimedInput& input) {
+        DeviceAllocation& a = input.allocation();
+        // The element's mask repeated over 8 bytes (elements of 1, 2, 4 or 8 bytes).
+        std::uint64_t pattern = 0;
+        for (std::size_t byte = 0; byte < 8; ++byte)
+            pattern |= ((input.mask() >> (8 * (byte % a.element_bytes()))) & 0xFF) << (8 * byte);
+        const int threads = 256;
+        const int blocks = static_cast<int>(std::min<std::size_t>(
+            std::max<std::size_t>(ceil_div(a.bytes(), std::size_t{16} * threads), 1),
+            static_cast<std::size_t>(gpu().multiprocessors) * 8));
+        xor_kernel<<<blocks, threads>>>(static_cast<unsigned char*>(a.data()), a.bytes(), pattern);
+        CUDA_CHECK_LAUNCH();
+    }
+
+    const std::vector<TimedInput>& inputs_;
+    int current_ = 0;
 };
 
 }  // namespace
 
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
-                        const std::vector<TimedOutput>& outputs, const BenchOptions& options) {
+                        const std::vector<TimedOutput>& outputs,
+                        const std::vector<TimedInput>& inputs, const BenchOptions& options) {
     std::vector<std::unique_ptr<OutputCheck>> checks;
     for (const TimedOutput& output : outputs)
         checks.push_back(std::make_unique<OutputCheck>(output));
-    // What the warm-up calls leave is what every timed call must reproduce (the checker verifies
-    // it against its reference afterwards, through the last timed call's output). Not poisoned
-    // before the last warm-up: a launcher that computes once and skips every later call then
-    // leaves a right reference, and the poison of the first timed call gives it away.
+    InputSets sets(inputs);
+    // What the warm-up calls leave is what every timed call must reproduce from the same input
+    // set (the checker verifies the first set's against its reference afterwards, through the
+    // output as the timed calls left it). Not poisoned before the last warm-up: a launcher that
+    // computes once and skips every later call then leaves a right reference, and the poison of
+    // the first timed call gives it away; one that returns what it saved from the first call
+    // leaves the second set's reference equal to the first's, and fails below.
     warm_up(learner, options.warmup);
-    for (auto& check : checks) check->keep_reference();
+    for (auto& check : checks) check->keep_reference(0);
+    if (sets.any() && !checks.empty()) {
+        sets.choose(1);
+        warm_up(learner, 1);
+        for (auto& check : checks) check->keep_reference(1);
+        sets.choose(0);
+        unsigned long long changed = 0;
+        for (auto& check : checks) changed += check->references_differing();
+        if (changed == 0) {
+            std::string names;
+            for (auto& check : checks) names += (names.empty() ? "`" : ", `") + check->name() + "`";
+            throw std::runtime_error(
+                "the outputs (" + names + ") did not change when the harness changed the inputs " +
+                sets.names() +
+                " between two calls (every element's sign flipped, or its bits XORed): does the "
+                "launcher return a result it kept from an earlier call?");
+        }
+    }
     warm_up(baseline, options.warmup);
 
     PairTiming timing;
@@ -287,29 +395,36 @@ PairTiming time_against(const std::function<void()>& learner, const std::functio
     Clock::duration checking{};
     // Before every timed call, the learner's and the baseline's alike (the baseline's calls then
     // start from the same state of the GPU: module 06's learners at 16384 x 4096 lost 2% against
-    // the copy otherwise); the next learner call poisons its outputs again.
-    auto poison_outputs = [&] {
+    // the copy otherwise); the next learner call poisons its outputs again. `set`: the inputs.
+    auto prepare = [&](int set) {
         const auto started = Clock::now();
+        sets.choose(set);
         for (auto& check : checks) check->poison();
         checking += Clock::now() - started;
     };
+    // Which input set each timed call of the learner's computes from: at random, so that no
+    // launcher can know which result to return without computing it.
+    Rng choice = rng_for("time_against input sets");
     // One timed call of the learner's code, its outputs poisoned before and checked after.
     int calls = 0;
     auto learner_sample = [&](EventPair& events) {
-        poison_outputs();
+        const int set = sets.any() ? static_cast<int>(choice.next_u64() >> 63) : 0;
+        prepare(set);
         const double ms = events.time_ms(learner);
         ++calls;
+        timing.varied_calls += set;
         const auto started = Clock::now();
         for (auto& check : checks) {
-            const std::string problem = check->check(calls);
+            const std::string problem = check->check(calls, set);
             if (!problem.empty()) throw std::runtime_error(problem);
         }
         checking += Clock::now() - started;
         return ms;
     };
 
+    // The baseline computes from the first set always: its output is the checker's to verify.
     auto baseline_sample = [&](EventPair& events) {
-        poison_outputs();
+        prepare(0);
         return events.time_ms(baseline);
     };
 
@@ -328,10 +443,10 @@ PairTiming time_against(const std::function<void()>& learner, const std::functio
         }
         learner_total += learner_ms.back();
     }
-    // An odd number of pairs ends with pair 0's order, the learner's call then the baseline's: the
-    // outputs get back what every timed call computed, for the checker's own comparison.
-    if (learner_ms.size() % 2 == 1)
-        for (auto& check : checks) check->restore_reference();
+    // The inputs as the checker made them, and the outputs as every timed call of that set
+    // computed them (a baseline's call poisoned them last), for the checker's own comparison.
+    sets.choose(0);
+    for (auto& check : checks) check->restore_reference();
     CUDA_CHECK(cudaGetLastError());
     timing.learner = summarize(learner_ms);
     timing.baseline = summarize(baseline_ms);
@@ -342,7 +457,7 @@ PairTiming time_against(const std::function<void()>& learner, const std::functio
 
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
                         const BenchOptions& options) {
-    return time_against(learner, baseline, {}, options);
+    return time_against(learner, baseline, {}, {}, options);
 }
 
 namespace {
@@ -414,8 +529,8 @@ void record(const PerfCase& perf) {
     // What checking every timed call cost this case (outside the timed region); dev/accept.sh
     // sums it over a run from the file COURSE_CHECKING_LOG names.
     if (perf.timing.checked_calls > 0) {
-        std::printf(" | %d timed calls checked, +%.3f s", perf.timing.checked_calls,
-                    perf.timing.checking_s);
+        std::printf(" | %d timed calls checked (%d on the second input set), +%.3f s",
+                    perf.timing.checked_calls, perf.timing.varied_calls, perf.timing.checking_s);
         if (const char* path = std::getenv("COURSE_CHECKING_LOG")) {
             if (std::FILE* log = std::fopen(path, "a")) {
                 std::fprintf(log, "%s: %d timed calls checked, +%.3f s\n", perf.label.c_str(),

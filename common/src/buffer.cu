@@ -6,6 +6,9 @@
 #include <utility>
 
 #include "course/check.h"
+#if !defined(COURSE_EMULATOR)
+#include "end_guard.h"
+#endif
 
 namespace course {
 
@@ -78,20 +81,37 @@ bool exact_allocations() {
 }
 
 DeviceAllocation::DeviceAllocation(std::string name, std::size_t bytes, std::size_t element_bytes,
-                                   std::uint64_t poison_bits, std::uint64_t redzone_bits)
+                                   std::uint64_t poison_bits, std::uint64_t redzone_bits,
+                                   Placement placement)
     : name_(std::move(name)),
       bytes_(bytes),
       element_bytes_(element_bytes),
       poison_(poison_bits),
-      redzone_(own_redzone_pattern(redzone_bits, element_bytes)),
-      redzone_bytes_(exact_allocations() ? 0 : kRedzoneBytes) {
-    CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * redzone_bytes_));
+      redzone_(own_redzone_pattern(redzone_bits, element_bytes)) {
+    const std::size_t redzone = exact_allocations() ? 0 : kRedzoneBytes;
+#if !defined(COURSE_EMULATOR)
+    if (placement == Placement::end_guarded && bytes_ > 0 && end_guard::wanted(name_) &&
+        end_guard::map(bytes_, redzone, mapping_)) {
+        payload_ = mapping_.payload;
+        before_bytes_ = redzone;
+        // The rest of the last 16 bytes: the mapping ends there.
+        after_bytes_ = ceil_div(bytes_, std::size_t{16}) * 16 - bytes_;
+        end_guard::track(payload_, name_);
+    }
+#else
+    (void)placement;
+#endif
+    if (!payload_) {
+        CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * redzone));
+        payload_ = static_cast<char*>(base_) + redzone;
+        before_bytes_ = after_bytes_ = redzone;
+    }
     fill_redzones();
     poison();
 }
 
 DeviceAllocation::~DeviceAllocation() {
-    if (!base_) return;
+    if (!payload_) return;
     // Every buffer's redzones are checked when it goes, as a failure of the running test. Not
     // while an exception unwinds the test (a todo stub, a CUDA error: the test has failed
     // already, and a poisoned context cannot be read), and nothing thrown from here.
@@ -102,6 +122,13 @@ DeviceAllocation::~DeviceAllocation() {
             // a sticky CUDA error: the test that caused it reports it
         }
     }
+#if !defined(COURSE_EMULATOR)
+    if (end_guarded()) {
+        end_guard::untrack(payload_);
+        end_guard::unmap(mapping_);
+        return;
+    }
+#endif
     cudaFree(base_);
 }
 
@@ -111,12 +138,15 @@ DeviceAllocation::DeviceAllocation(DeviceAllocation&& other) noexcept
       element_bytes_(other.element_bytes_),
       poison_(other.poison_),
       redzone_(other.redzone_),
-      redzone_bytes_(other.redzone_bytes_),
-      base_(std::exchange(other.base_, nullptr)) {}
+      before_bytes_(other.before_bytes_),
+      after_bytes_(other.after_bytes_),
+      base_(std::exchange(other.base_, nullptr)),
+      payload_(std::exchange(other.payload_, nullptr)),
+      mapping_(std::exchange(other.mapping_, {})) {}
 
 void DeviceAllocation::fill_redzones() const {
-    fill_pattern(base_, redzone_bytes_, element_bytes_, redzone_);
-    fill_pattern(static_cast<char*>(data()) + bytes_, redzone_bytes_, element_bytes_, redzone_);
+    fill_pattern(before(), before_bytes_, element_bytes_, redzone_);
+    fill_pattern(after(), after_bytes_, element_bytes_, redzone_);
 }
 
 void DeviceAllocation::poison() {
@@ -135,13 +165,12 @@ void DeviceAllocation::download(void* host, std::size_t bytes, std::size_t offse
 }
 
 testing::AssertionResult DeviceAllocation::redzones_intact() const {
-    if (redzone_bytes_ == 0) return testing::AssertionSuccess();  // exact allocations
-    std::vector<unsigned char> before(redzone_bytes_), after(redzone_bytes_);
-    char* payload = static_cast<char*>(data());
-    CUDA_CHECK(cudaMemcpy(before.data(), base_, redzone_bytes_, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(after.data(), payload + bytes_, redzone_bytes_, cudaMemcpyDeviceToHost));
-    const std::string past_end = damage(after, element_bytes_, redzone_, true),
-                      before_start = damage(before, element_bytes_, redzone_, false);
+    if (before_bytes_ == 0 && after_bytes_ == 0) return testing::AssertionSuccess();  // exact
+    std::vector<unsigned char> zone_before(before_bytes_), zone_after(after_bytes_);
+    CUDA_CHECK(cudaMemcpy(zone_before.data(), before(), before_bytes_, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(zone_after.data(), after(), after_bytes_, cudaMemcpyDeviceToHost));
+    const std::string past_end = damage(zone_after, element_bytes_, redzone_, true),
+                      before_start = damage(zone_before, element_bytes_, redzone_, false);
     if (past_end.empty() && before_start.empty()) return testing::AssertionSuccess();
 
     fill_redzones();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <sstream>
 
 #include "course/random.h"
@@ -29,26 +30,72 @@ std::string position(std::size_t k, const CompareOptions& opt) {
            std::to_string(index % opt.matrix->cols) + ")";
 }
 
-constexpr std::size_t kTwoTo31 = std::size_t{1} << 31;
-constexpr std::size_t kTwoTo32 = std::size_t{1} << 32;
+// Where 32-bit arithmetic breaks on an index of 4-byte elements (floats, ints): the index itself
+// in an int (2^31) or an unsigned int (2^32), or its byte offset, 4 times it, in an int (element
+// 2^29) or an unsigned int (2^30).
+struct Limit {
+    std::size_t at;
+    const char* index;    // "2^31 = 2147483648"
+    const char* what;     // what overflows there
+    const char* largest;  // the type's largest value
+    bool wraps;           // unsigned: past the limit it wraps to 0 (an int goes negative)
+};
+constexpr Limit kLimits[] = {
+    {std::size_t{1} << 32, "2^32 = 4294967296", "an index or offset computed in 32-bit unsigned",
+     "unsigned int is 2^32 - 1", true},
+    {std::size_t{1} << 31, "2^31 = 2147483648", "an index or offset computed in 32-bit int",
+     "int is 2^31 - 1", false},
+    {std::size_t{1} << 30, "2^30 = 1073741824",
+     "a byte offset of 4-byte elements (4 x 2^30 = 2^32 bytes) computed in 32-bit unsigned",
+     "unsigned int is 2^32 - 1", true},
+    {std::size_t{1} << 29, "2^29 = 536870912",
+     "a byte offset of 4-byte elements (4 x 2^29 = 2^31 bytes) computed in 32-bit int",
+     "int is 2^31 - 1", false},
+};
 
-// When every wrong element lies at or past 2^31 (or 2^32) of the whole output and every one
-// compared below it is right: the mark of 32-bit index arithmetic.
+static_assert(std::size(kLimits) == std::tuple_size_v<decltype(detail::Mismatches{}.wrong_past_limit)>);
+
+// Compared elements at or past `at` in the whole output.
+std::size_t compared_past(std::size_t at, std::size_t total, const CompareOptions& opt) {
+    if (opt.indices.empty()) return total > at ? total - at : 0;
+    return static_cast<std::size_t>(
+        std::count_if(opt.indices.begin(), opt.indices.end(), [at](auto i) { return i >= at; }));
+}
+
+// When every element compared at or past one of kLimits of unsigned arithmetic is wrong, and wrong
+// ones lie below it too: the index or offset wrapped, so the writes past the limit land back at
+// the start of the output, over elements that were right (a signed int's overflow goes negative
+// instead, out of the buffer: a crash, whose note says that).
+std::string wrapped_writes(const detail::Mismatches& m, const CompareOptions& opt) {
+    for (std::size_t l = 0; l < std::size(kLimits); ++l) {
+        const Limit& limit = kLimits[l];
+        const std::size_t past = compared_past(limit.at, m.total, opt);
+        if (!limit.wraps || past == 0 || m.wrong_past_limit[l] != past ||
+            whole_index(m.first_wrong, opt) >= limit.at)
+            continue;
+        return std::string("every element compared at or past index ") + limit.index +
+               " is wrong, and elements near the start too: " + limit.what +
+               " arithmetic wraps there (the largest " + limit.largest +
+               "), so what belongs past it is written back at the start of the output, over "
+               "other elements. Compute indices and offsets in std::size_t, and widen before "
+               "multiplying: std::size_t(row) * cols, not row * cols";
+    }
+    return "";
+}
+
+// When every wrong element lies at or past one of kLimits of the whole output and every one
+// compared below it is right: the mark of 32-bit index (or byte offset) arithmetic.
 std::string index_overflow(const detail::Mismatches& m, const CompareOptions& opt) {
     const std::size_t first = whole_index(m.first_wrong, opt);
-    for (const std::size_t limit : {kTwoTo32, kTwoTo31}) {
-        if (first < limit) continue;
-        const bool right_below = m.first_wrong > 0 && whole_index(0, opt) < limit;
+    for (const Limit& limit : kLimits) {
+        if (first < limit.at) continue;
+        const bool right_below = m.first_wrong > 0 && whole_index(0, opt) < limit.at;
         if (!right_below) return "";
-        const bool is_int = limit == kTwoTo31;
-        return std::string("every element compared below index ") +
-               (is_int ? "2^31 = 2147483648" : "2^32 = 4294967296") +
-               " is right, and the first wrong one is " + position(m.first_wrong, opt) +
-               ": an index or offset computed in 32-bit " + (is_int ? "int" : "unsigned") +
-               " arithmetic overflows there (the largest " +
-               (is_int ? "int is 2^31 - 1" : "unsigned int is 2^32 - 1") +
-               "). Compute indices in std::size_t, and widen "
-               "before multiplying: std::size_t(row) * cols, not row * cols";
+        return std::string("every element compared below index ") + limit.index +
+               " is right, and the first wrong one is " + position(m.first_wrong, opt) + ": " +
+               limit.what + " arithmetic overflows there (the largest " + limit.largest +
+               "). Compute indices and offsets in std::size_t, and widen before multiplying: "
+               "std::size_t(row) * cols, not row * cols";
     }
     return "";
 }
@@ -94,6 +141,8 @@ void Mismatches::add(std::size_t index, double got, double want, bool poisoned,
         min_row = std::min(min_row, row), max_row = std::max(max_row, row);
         min_col = std::min(min_col, col), max_col = std::max(max_col, col);
     }
+    for (std::size_t l = 0; l < std::size(kLimits); ++l)
+        if (whole_index(index, opt) >= kLimits[l].at) ++wrong_past_limit[l];
     ++wrong;
     if (examples.size() < opt.show) examples.push_back({index, got, want, poisoned});
 }
@@ -110,6 +159,8 @@ std::string explain(const Mismatches& m, const Tolerance& tol, const CompareOpti
     }
     if (const std::string overflow = index_overflow(m, opt); !overflow.empty())
         out << "  " << overflow << "\n";
+    else if (const std::string wrapped = wrapped_writes(m, opt); !wrapped.empty())
+        out << "  " << wrapped << "\n";
     if (m.all_zero_output && m.reference_nonzero) {
         out << "  the output is all zeros: did the kernel run, and write to the output pointer?\n";
     }

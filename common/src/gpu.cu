@@ -87,6 +87,24 @@ void fill_peaks(GpuInfo& g, const cudaDeviceProp& prop) {
     }
 }
 
+// Why no device is usable, in words that point at the cause: without any NVIDIA driver the
+// runtime says "CUDA driver version is insufficient", which reads as "upgrade your driver".
+std::string no_device_reason(cudaError_t status) {
+    if (status == cudaSuccess || status == cudaErrorNoDevice) return "no NVIDIA GPU found";
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    cudaGetLastError();
+    const auto version = [](int v) {
+        return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+    };
+    if (driver == 0) return "no NVIDIA GPU driver on this machine";
+    if (status == cudaErrorInsufficientDriver)
+        return "the NVIDIA driver supports CUDA " + version(driver) + ", older than the CUDA " +
+               version(runtime) + " these checkers were built with: update the driver";
+    return std::string("no usable NVIDIA GPU (") + cudaGetErrorString(status) + ")";
+}
+
 }  // namespace
 
 const GpuInfo& gpu() {
@@ -95,11 +113,7 @@ const GpuInfo& gpu() {
         int count = 0;
         const cudaError_t status = cudaGetDeviceCount(&count);
         if (status != cudaSuccess || count == 0) {
-            // Without a GPU the runtime usually reports a missing or too old driver: say both.
-            g.unavailable_reason = status == cudaSuccess
-                                       ? "no CUDA device found"
-                                       : std::string("no NVIDIA GPU or driver found (") +
-                                             cudaGetErrorString(status) + ")";
+            g.unavailable_reason = no_device_reason(status);
             cudaGetLastError();  // clear it: skipping is not an error
             return g;
         }

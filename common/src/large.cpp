@@ -17,8 +17,10 @@ namespace course {
 
 namespace {
 
-constexpr std::size_t kTwoTo31 = std::size_t{1} << 31;
-constexpr std::size_t kTwoTo32 = std::size_t{1} << 32;
+// Where 32-bit arithmetic breaks: the byte offset of a 4-byte element in an int (element 2^29) or
+// an unsigned int (2^30), the index itself in an int (2^31) or an unsigned int (2^32).
+constexpr std::size_t kLimits[] = {std::size_t{1} << 29, std::size_t{1} << 30, std::size_t{1} << 31,
+                                   std::size_t{1} << 32};
 
 // Sorted, overlapping or touching windows merged.
 std::vector<Window> merged(std::vector<Window> windows) {
@@ -52,7 +54,7 @@ std::vector<Window> windows_past_int_range(std::size_t count, Rng& rng, std::siz
         return Window{first, width};
     };
     std::vector<Window> windows{around(0), around(count - 1)};
-    for (const std::size_t limit : {kTwoTo31, kTwoTo32})
+    for (const std::size_t limit : kLimits)
         if (limit < count) windows.push_back(around(limit));
     for (int k = 0; k < random; ++k)
         windows.push_back(around(
@@ -62,7 +64,7 @@ std::vector<Window> windows_past_int_range(std::size_t count, Rng& rng, std::siz
 
 std::vector<Window> rows_past_int_range(std::size_t rows, std::size_t cols, Rng& rng, int random) {
     std::vector<std::size_t> picked{0, rows - 1};
-    for (const std::size_t limit : {kTwoTo31, kTwoTo32}) {
+    for (const std::size_t limit : kLimits) {
         if (limit < rows * cols) {
             picked.push_back((limit - 1) / cols);
             picked.push_back(limit / cols);
@@ -87,20 +89,22 @@ void run_large_case(const std::function<void()>& call) {
         if (text.compare(0, tag.size(), tag) == 0) text.erase(0, tag.size());
         earlier_large_case_error = text;
         throw std::runtime_error(
-            "in a case past 2^31 elements: " + text +
-            "\n  an index or offset computed in 32-bit int arithmetic overflows at 2^31 and points "
-            "outside the buffers: compute indices in std::size_t, and widen before multiplying "
-            "(std::size_t(row) * cols). grader sanitize shows the faulting line.");
+            "in a large case: " + text +
+            "\n  an index or offset computed in 32-bit int arithmetic overflows (an index at "
+            "2^31; a byte offset of 4-byte elements at element 2^29), or in 32-bit unsigned "
+            "arithmetic (at 2^32; at 2^30), and points outside the buffers: compute indices and "
+            "offsets in std::size_t, and widen before multiplying (std::size_t(row) * cols). "
+            "grader sanitize shows the faulting line.");
     }
 }
 
 std::optional<std::string> large_case_skip_reason(std::size_t bytes) {
     if (earlier_large_case_error)
-        return "an earlier case past 2^31 elements left the GPU in an error state (" +
+        return "an earlier large case left the GPU in an error state (" +
                *earlier_large_case_error + "): its failure comes first";
     if (exact_allocations())
         return std::string(
-            "the cases past 2^31 elements do not run with exact allocations "
+            "the large cases do not run with exact allocations "
             "(COURSE_EXACT_ALLOCATIONS, for compute-sanitizer): they run in every plain run");
     // A GPU with the memory may have lent it to other processes for a moment (checkers run side
     // by side: dev/accept.sh): wait for it a little, well inside a checker's timeout, rather than
@@ -116,7 +120,14 @@ std::optional<std::string> large_case_skip_reason(std::size_t bytes) {
     return memory_skip_reason(bytes);
 }
 
+namespace {
+bool running = false;
+}  // namespace
+
+bool large_case_running() { return running; }
+
 LargeCaseLock::LargeCaseLock() {
+    running = true;
     const auto path = std::filesystem::temp_directory_path() / "course-large-case.lock";
     descriptor_ = ::open(path.c_str(), O_RDWR | O_CREAT, 0666);
     // Without a lock file (a read-only temporary folder) the case runs unlocked.
@@ -124,6 +135,7 @@ LargeCaseLock::LargeCaseLock() {
 }
 
 LargeCaseLock::~LargeCaseLock() {
+    running = false;
     if (descriptor_ >= 0) ::close(descriptor_);  // closing releases the lock
 }
 

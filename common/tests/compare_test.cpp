@@ -151,6 +151,44 @@ TEST(Compare, SampledElementsAreNamedByTheirIndexInTheWholeOutput) {
     EXPECT_THAT(result.message(), testing::HasSubstr("[2147483648] got NaN/poison"));
 }
 
+TEST(Compare, OnlyElementsPastAByteOffsetsLimitWrongAreNamedSo) {
+    // Rows of C around elements 0, 2^29, 2^30 and the end: wrong from 2^30 on, where the byte
+    // offset of a float, 4 x 2^30, leaves a 32-bit unsigned int.
+    const std::size_t two_to_29 = std::size_t{1} << 29, two_to_30 = std::size_t{1} << 30;
+    std::vector<std::size_t> indices{0, 1, two_to_29, two_to_29 + 1, two_to_30, two_to_30 + 1};
+    std::vector<float> got{1.0f, 1.0f, 1.0f, 1.0f, 7.0f, 7.0f};
+    CompareOptions options{"C"};
+    options.indices = indices;
+    auto result =
+        course::expect_close(got, std::vector<double>(6, 1.0), Tolerance::exact(), options);
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(), testing::HasSubstr("below index 2^30 = 1073741824 is right"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("4 x 2^30 = 2^32 bytes) computed in 32-bit "
+                                                     "unsigned arithmetic overflows there"));
+    // Wrong from 2^29 on: a byte offset in an int.
+    got[2] = got[3] = 7.0f;
+    result = course::expect_close(got, std::vector<double>(6, 1.0), Tolerance::exact(), options);
+    EXPECT_THAT(result.message(), testing::HasSubstr("4 x 2^29 = 2^31 bytes) computed in 32-bit "
+                                                     "int arithmetic overflows there"));
+}
+
+TEST(Compare, WrongPastAnUnsignedLimitAndAtTheStartIsNamedAWrap) {
+    // A byte offset in 32-bit unsigned: C's elements from 2^30 on are written 2^30 elements
+    // earlier, over the start of C; those just below 2^30 (past the wrapped ones) stay right.
+    const std::size_t two_to_30 = std::size_t{1} << 30;
+    CompareOptions options{"C"};
+    options.indices = {0, 1, two_to_30 - 1, two_to_30, two_to_30 + 1};
+    const std::vector<float> got{7.0f, 7.0f, 1.0f, 7.0f, 7.0f};
+    const auto result =
+        course::expect_close(got, std::vector<double>(5, 1.0), Tolerance::exact(), options);
+    ASSERT_FALSE(result);
+    EXPECT_THAT(result.message(),
+                testing::HasSubstr("at or past index 2^30 = 1073741824 is wrong, and elements "
+                                   "near the start too"));
+    EXPECT_THAT(result.message(), testing::HasSubstr("computed in 32-bit unsigned arithmetic "
+                                                     "wraps there"));
+}
+
 TEST(Compare, NoOverflowDiagnosisWhenElementsBelow2To31AreWrongToo) {
     const std::size_t two_to_31 = std::size_t{1} << 31;
     CompareOptions options{"c"};

@@ -49,7 +49,8 @@ emu_translate(attention_gpu "${PROJECT_SOURCE_DIR}/common/src/attention_gpu.cu")
 # No baselines library: course/baselines.h then says "no baseline" (the timing cases that call
 # one skip before, for want of memory).
 add_library(course_emu_harness STATIC ${attention_gpu} ${buffer} ${bench} ${gpu} ${hashed}
-            "${PROJECT_SOURCE_DIR}/common/src/large.cpp" "${PROJECT_SOURCE_DIR}/common/src/main.cpp")
+            "${PROJECT_SOURCE_DIR}/common/src/error_notes.cpp" "${PROJECT_SOURCE_DIR}/common/src/large.cpp"
+            "${PROJECT_SOURCE_DIR}/common/src/main.cpp")
 emu_compile_as_device(course_emu_harness)
 target_link_libraries(course_emu_harness PUBLIC course_harness_host GTest::gtest)
 

@@ -143,3 +143,16 @@ def test_emulate_goes_with_mutants(course):
     result = invoke(course, "check", "--emulate")
     assert result.exit_code == 2
     assert result.stderr == "Error: --emulate goes with --mutants\n"
+
+
+def test_mutant_goes_with_mutants(course):
+    result = invoke(course, "check", "--mutant", "plus_instead_of_times")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --mutant goes with --mutants\n"
+
+
+def test_a_mutant_name_not_in_the_selection_is_one_line(course):
+    result = invoke(course, "check", "01/mismatch", "--mutants", "--emulate", "--mutant", "trap",
+                    "--mutant", "plus_instead_of_times")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: no planted bug named trap in 01/mismatch\n"

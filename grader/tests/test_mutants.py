@@ -230,6 +230,16 @@ def test_a_mutants_run_catches_planted_bugs_and_reports_the_rest(course, gpu):
     assert (course / "build/mutants-fast/bin/01_fixture.passes.fast").is_file()
 
 
+def test_mutant_runs_only_the_planted_bugs_it_names(course, gpu):
+    (course / "solutions/01_fixture/mutants.toml").write_text(MUTANTS)
+    result = invoke(course, "check", "--no-build", "--mutants", "--mutant", "plus_instead_of_times",
+                    "--mutant", "trap")
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.stdout.splitlines()
+            if line.strip().startswith("01_fixture/")] == [
+        "01_fixture/mismatch:plus_instead_of_times", "01_fixture/passes:trap"]
+
+
 def test_without_a_gpu_the_emulator_runs_the_planted_bugs(course, no_gpu):
     # The fixture builds its plain C++ solution for any variant but learner, so the emulated
     # variant runs here as it would on the CPU emulator: in its own tree, no GPU asked for.

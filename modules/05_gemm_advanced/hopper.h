@@ -6,8 +6,7 @@
 // (#if defined(__CUDA_ARCH_FEAT_SM90_ALL)).
 #pragma once
 
-#include <cuda.h>          // CUtensorMap and its enums (types only: the driver is reached below)
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda.h>  // CUtensorMap and its enums (types only: the harness reaches the driver)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -16,6 +15,7 @@
 
 #include "course/check.h"
 #include "course/gemm_layout.h"
+#include "course/tensor_map.h"
 
 namespace hopper {
 
@@ -174,20 +174,6 @@ __device__ inline void set_registers_decrease() {
 
 // ---- The tensor map (host) ----------------------------------------------------------------------
 
-// The driver's cuTensorMapEncodeTiled, found through the runtime (no link to the driver library).
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static const auto encoder = [] {
-        void* function = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                                    cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || function == nullptr)
-            throw std::runtime_error("the driver has no cuTensorMapEncodeTiled");
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-    }();
-    return encoder;
-}
-
 // The tensor map of a rows x K row-major bf16 matrix, copied in boxes of box_rows x kBK with the
 // 128-byte swizzle; zeros where a box leaves the matrix.
 inline CUtensorMap tensor_map(const __nv_bfloat16* matrix, int rows, int K, int box_rows,
@@ -200,7 +186,7 @@ inline CUtensorMap tensor_map(const __nv_bfloat16* matrix, int rows, int K, int 
     const cuuint32_t box[2] = {shape.box[0], shape.box[1]};
     const cuuint32_t element_strides[2] = {1, 1};
     CUtensorMap map{};
-    const CUresult result = tensor_map_encoder()(
+    const CUresult result = course::tensor_map_encoder()(
         &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(matrix), dims,
         strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

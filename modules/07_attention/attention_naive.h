@@ -7,7 +7,8 @@
 // For every head and query row i, with s_ij = scale * (q_i . k_j) over the keys j visible to i
 // (every j < T, or j <= i when `causal`):
 //   O_i = sum_j exp(s_ij - L_i) v_j,   L_i = log sum_j exp(s_ij)   (the row's logsumexp)
-// - D is 64 or 128; 1 <= T; batch * heads * T * T < 2^31 and batch * heads * T * D < 2^31;
+// - D is 64 or 128; 1 <= T; batch * heads <= 65535; batch * heads * T * T <= 2^30 and
+//   batch * heads * T * D <= 2^24 (B 4, H 16, T 4096, D 64: the largest the checker runs);
 //   scale > 0. All pointers are device pointers; O and L are outputs only (their old contents
 //   may be NaN and must not be read).
 // Enqueue the work on the default stream and return; the checker synchronizes.

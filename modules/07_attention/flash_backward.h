@@ -11,7 +11,8 @@
 //   dV_j = sum_i P_ij dO_i,   dP_ij = dO_i . v_j,   dS_ij = P_ij (dP_ij - D_i),
 //   dQ_i = scale * sum_j dS_ij k_j,   dK_j = scale * sum_i dS_ij q_i.
 // Products are accumulated in float32; P and dS may be rounded to bf16 to feed the tensor cores.
-// - D is 64 or 128; 1 <= T; batch * heads * T * D < 2^31; scale > 0.
+// - D is 64 or 128; 1 <= T; batch * heads <= 65535; batch * heads * T * D <= 2^25 (B 4, H 16,
+//   T 4096, D 128: the largest the checker runs); scale > 0.
 // - All pointers are device pointers starting on 16-byte boundaries; dQ, dK, dV are outputs only
 //   (their old contents may be NaN: zero what you accumulate into). No T x T buffer; scratch
 //   memory of O(batch * heads * T) floats is allowed.

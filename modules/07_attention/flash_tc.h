@@ -10,7 +10,8 @@
 //   O_i = sum_j exp(s_ij - L_i) v_j,   L_i = log sum_j exp(s_ij)   (the row's logsumexp)
 // Products are accumulated in float32; P may be rounded to bf16 before it multiplies V (the
 // checker's tolerance allows for that and for O's own rounding to bf16).
-// - D is 64 or 128; 1 <= T; batch * heads * T * D < 2^31; scale > 0 (1 / sqrt(D) in a model).
+// - D is 64 or 128; 1 <= T; batch * heads <= 65535; batch * heads * T * D <= 2^25 (B 4, H 16,
+//   T 4096, D 128: the largest the checker runs); scale > 0 (1 / sqrt(D) in a model).
 // - All pointers are device pointers starting on 16-byte boundaries; O and L are outputs only
 //   (their old contents may be NaN and must not be read). No T x T buffer: memory grows with T.
 // Enqueue the work on the default stream and return; the checker synchronizes.

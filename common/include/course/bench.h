@@ -2,16 +2,19 @@
 // enough samples for a stable median, and the baseline's samples interleaved with the learner's
 // so that both see the same clocks and the same thermal state. Every timed call must do its work:
 // the outputs named to time_against are poisoned before each timed call and checked after it,
-// and a rate above what the GPU can physically deliver fails the case.
+// the inputs named to it change between timed calls (so a result saved from an earlier call is
+// wrong), and a rate above what the GPU can physically deliver fails the case.
 //
 //   auto timing = course::time_against([&] { vector_add(a, b, c, n); },
 //                                      [&] { course::baseline::device_copy(dst, src, 4 * n); },
-//                                      {course::TimedOutput(d_c, tolerance)});
+//                                      {course::TimedOutput(d_c, tolerance)},
+//                                      {course::TimedInput(d_a)});
 //   // the napkin math beside the numbers: vector_add reads a and b and writes c (3 x 4n bytes),
 //   // the copy reads and writes 4n bytes
 //   course::record_bandwidth("n=2^25", timing, 3.0 * 4 * n, "copy", 2.0 * 4 * n);
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -43,7 +46,8 @@ struct PairTiming {
     TimingStats learner;
     TimingStats baseline;
     int checked_calls = 0;  // timed calls whose outputs were checked (TimedOutput)
-    double checking_s = 0;  // host wall time the poisoning and checking took, outside the timing
+    int varied_calls = 0;   // timed calls that computed from the second input set (TimedInput)
+    double checking_s = 0;  // host wall time the poisoning, flips and checking took, untimed
 };
 
 // An output that the code under test must compute again on every timed call. time_against()
@@ -79,11 +83,47 @@ class TimedOutput {
     Tolerance tolerance_;
 };
 
+// An input that time_against changes between the learner's timed calls: each call computes from
+// one of two input sets, drawn at random, and its outputs are compared with what the warm-up
+// computed from that set. A launcher that returns a result saved from an earlier call (and spins,
+// so that its rate looks plausible) is then wrong on about half the calls. The second set is the
+// first with every element XORed with a mask: a float's or a double's sign bit by default (every
+// value negated: still a valid input of a GEMM, a softmax, a norm, attention), any mask for other
+// elements (bf16 bits: 0x8000, their sign; bytes or bins: a mask that keeps every value valid).
+// The flip runs on the device, in place, outside the timed region (its cost is counted with the
+// checking's). The baseline always sees the first set, so that its output can be checked too.
+// Name at least one input on which every output depends (a GEMM's A, attention's Q, the
+// backward's dO): the warm-up on the second set must change an output, or the case fails.
+class TimedInput {
+  public:
+    template <class T>
+    explicit TimedInput(DeviceBuffer<T>& buffer) : allocation_(&buffer.allocation()) {
+        static_assert(std::is_floating_point_v<T>,
+                      "TimedInput(buffer) flips the sign of floats or doubles; for other elements "
+                      "(bf16 bits, integers, bytes) name the mask: TimedInput(buffer, mask)");
+        mask_ = std::uint64_t{1} << (8 * sizeof(T) - 1);
+    }
+    template <class T>
+    TimedInput(DeviceBuffer<T>& buffer, T mask) : allocation_(&buffer.allocation()) {
+        static_assert(std::is_integral_v<T>, "the mask of an integer, byte or bf16-bits input");
+        mask_ = static_cast<std::uint64_t>(static_cast<std::make_unsigned_t<T>>(mask));
+    }
+
+    DeviceAllocation& allocation() const { return *allocation_; }
+    std::uint64_t mask() const { return mask_; }  // XORed into every element (its low bytes)
+
+  private:
+    DeviceAllocation* allocation_;
+    std::uint64_t mask_ = 0;
+};
+
 // Both callables must only enqueue work on the default stream. With `outputs`, every timed call
-// of `learner` is checked as TimedOutput says; a call that did not compute them throws (the test
-// fails with the reason, and no rate is recorded).
+// of `learner` is checked as TimedOutput says, on the input set TimedInput chose for it; a call
+// that did not compute them throws (the test fails with the reason, and no rate is recorded).
+// `inputs` may be empty only where no input can change (say why beside the call).
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,
-                        const std::vector<TimedOutput>& outputs, const BenchOptions& options = {});
+                        const std::vector<TimedOutput>& outputs,
+                        const std::vector<TimedInput>& inputs, const BenchOptions& options = {});
 // Without outputs (the output is also an input, or several calls accumulate into it): the
 // checker must prove otherwise that every call did its work, as saxpy_vec4's does.
 PairTiming time_against(const std::function<void()>& learner, const std::function<void()>& baseline,

@@ -5,14 +5,17 @@
 //   course::DeviceBuffer<std::uint16_t> d_x("x", course::bf16_bits(x));   // x: floats
 //   kernel(course::as_bf16(d_x), ...);
 //   const auto got = course::bf16_values(d_out.download());   // floats; never written = poison
+//   course::time_against(..., {course::sign_flipped(d_x)});  // every sign flipped between calls
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "course/bench.h"
 #include "course/buffer.h"
 #include "course/poison.h"
 
@@ -61,6 +64,16 @@ inline const __nv_bfloat16* as_bf16(const DeviceBuffer<std::uint16_t>& buffer) {
 }
 inline __nv_bfloat16* as_bf16(DeviceBuffer<std::uint16_t>& buffer) {
     return reinterpret_cast<__nv_bfloat16*>(buffer.data());
+}
+
+// An input whose every sign time_against flips between its timed calls (TimedInput): floats, or
+// bf16 bits (the sign is bit 15).
+template <class Elem>
+TimedInput sign_flipped(DeviceBuffer<Elem>& buffer) {
+    if constexpr (std::is_same_v<Elem, std::uint16_t>)
+        return TimedInput(buffer, std::uint16_t{0x8000});
+    else
+        return TimedInput(buffer);
 }
 
 }  // namespace course

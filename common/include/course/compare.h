@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <functional>
@@ -77,6 +78,8 @@ struct Mismatches {
     std::size_t first_wrong = 0;
     std::size_t last_wrong = 0;
     std::size_t min_row = 0, max_row = 0, min_col = 0, max_col = 0;
+    // Wrong elements at or past each 32-bit limit of compare.cpp (2^32, 2^31, 2^30, 2^29).
+    std::array<std::size_t, 4> wrong_past_limit{};
     bool all_zero_output = true;     // every element of got is exactly 0
     bool reference_nonzero = false;  // some element of want is not 0
     struct Example {

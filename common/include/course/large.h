@@ -32,14 +32,15 @@ struct Window {
     std::size_t count = 0;
 };
 
-// Windows of `width` elements of an output of `count` elements: its start, both sides of 2^31
-// and of 2^32 where the output reaches them, its end, and `random` windows anywhere; sorted, not
+// Windows of `width` elements of an output of `count` elements: its start, both sides of 2^29,
+// 2^30, 2^31 and 2^32 where the output reaches them (a 4-byte element's byte offset overflows an
+// int, an unsigned int; its index does), its end, and `random` windows anywhere; sorted, not
 // overlapping.
 std::vector<Window> windows_past_int_range(std::size_t count, Rng& rng, std::size_t width = 512,
                                            int random = 4);
 
-// The same in whole rows of a rows x cols matrix: the first row, the rows holding elements 2^31
-// - 1, 2^31, 2^32 - 1 and 2^32 where there are such, the last row, and `random` rows.
+// The same in whole rows of a rows x cols matrix: the first row, the rows holding elements
+// 2^k - 1 and 2^k for k = 29, 30, 31, 32 where there are such, the last row, and `random` rows.
 std::vector<Window> rows_past_int_range(std::size_t rows, std::size_t cols, Rng& rng,
                                         int random = 4);
 
@@ -75,12 +76,12 @@ auto consecutive_slices(const std::vector<R>& all) {
     };
 }
 
-// Runs the code under test on a large case and waits for it. A CUDA error it causes (an index
-// that overflowed and left the buffers: an illegal address) fails the test with a line that says
-// so, as a plain failure: whether a wild address faults or lands in another buffer depends on
-// the memory map, and both are the same mistake. The error is sticky (every later CUDA call of
-// the process fails), so a checker puts its large cases last, and the later large cases skip
-// (large_case_skip_reason) rather than crash over the first one's diagnosis.
+// Runs the code under test on a large case and waits for it. A CUDA error it causes (an index or
+// a byte offset that overflowed and left the buffers: an illegal address) fails the test with a
+// line that says so, as a plain failure: whether a wild address faults or lands in another buffer
+// depends on the memory map, and both are the same mistake. The error is sticky (every later CUDA
+// call of the process fails), so a checker puts its large cases last, and the later large cases
+// skip (large_case_skip_reason) rather than crash over the first one's diagnosis.
 void run_large_case(const std::function<void()>& call);
 
 // Why a large case cannot run here, or nothing: an earlier large case left a sticky CUDA error,
@@ -88,6 +89,9 @@ void run_large_case(const std::function<void()>& call);
 // under compute-sanitizer, which would take minutes over gigabytes; the case runs in every plain
 // run).
 std::optional<std::string> large_case_skip_reason(std::size_t bytes);
+
+// Whether this process holds the large-case lock (a large case is running).
+bool large_case_running();
 
 // Held while a large case runs: one at a time on this machine (a lock file in the temporary
 // folder), so that checkers run side by side (the mutant runs of dev/accept.sh) never allocate

@@ -20,6 +20,8 @@ enum cudaError_t {
     cudaErrorInvalidConfiguration = emu::kInvalidConfiguration,
     cudaErrorIllegalAddress = emu::kIllegalAddress,
     cudaErrorMisalignedAddress = emu::kMisalignedAddress,
+    cudaErrorInsufficientDriver = 35,  // the harness's words for a machine without a GPU
+    cudaErrorNoDevice = 100,
 };
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost,
@@ -78,6 +80,8 @@ inline std::size_t optin_bytes() { return env_or("EMU_OPTIN", 227) * std::size_t
 
 inline cudaError_t cudaGetDeviceCount(int* count) { return *count = 1, cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* device) { return *device = 0, cudaSuccess; }
+inline cudaError_t cudaDriverGetVersion(int* version) { return *version = 13000, cudaSuccess; }
+inline cudaError_t cudaRuntimeGetVersion(int* version) { return *version = 13000, cudaSuccess; }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int) {
     *prop = {};
     std::strcpy(prop->name, "CPU emulator (dev/emu)");

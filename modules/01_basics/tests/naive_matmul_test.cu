@@ -40,9 +40,12 @@ TEST_F(NaiveMatmul, SmallShapes) {
     // 1x1x1: one thread, the rest of its block must stay out; 31x33x17 and 127x129x131: nothing
     // is a multiple of anything and M != N; 64x64x64: whole blocks only; 1x300x7 and 300x1x7: a
     // row and a column vector (M and N swapped land far off); K = 1: a single product.
+    // Then the contract's extents: M = 65535, its limit (a grid with one block row per row of C
+    // just fits), and N and K of 2^20.
     for (const Shape shape :
          {Shape{1, 1, 1}, Shape{31, 33, 17}, Shape{64, 64, 64}, Shape{127, 129, 131},
-          Shape{1, 300, 7}, Shape{300, 1, 7}, Shape{33, 31, 1}}) {
+          Shape{1, 300, 7}, Shape{300, 1, 7}, Shape{33, 31, 1}, Shape{65535, 3, 5},
+          Shape{3, 1 << 20, 5}, Shape{5, 3, 1 << 20}}) {
         SCOPED_TRACE(describe(shape));
         const auto a = course::random_floats(shape.M * shape.K, -1.0f, 1.0f, rng);
         const auto b = course::random_floats(shape.K * shape.N, -1.0f, 1.0f, rng);
@@ -84,8 +87,8 @@ TEST_F(NaiveMatmul, Throughput) {
     // that). Matmul is compute-bound: the 16 MiB per matrix need not exceed L2, what is measured
     // is the rate of the 2 * M * N * K FLOPs.
     const Shape shape{2048, 2048, 2048};
-    // A, B, C, cuBLAS's C and the harness's copy of C, plus the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(5 * shape.M * shape.N * sizeof(float) + (256u << 20));
+    // A, B, C, cuBLAS's C and the harness's two copies of C, plus the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(6 * shape.M * shape.N * sizeof(float) + (256u << 20));
     SCOPED_TRACE(describe(shape));
     auto rng = test_rng();
     const auto a = course::random_floats(shape.M * shape.K, -1.0f, 1.0f, rng);
@@ -100,7 +103,8 @@ TEST_F(NaiveMatmul, Throughput) {
                                            static_cast<int>(shape.K), d_a.data(), d_b.data(),
                                            d_c_cublas.data());
         },
-        {course::TimedOutput(d_c, course::Tolerance::float32(shape.K, kTypicalProduct))});
+        {course::TimedOutput(d_c, course::Tolerance::float32(shape.K, kTypicalProduct))},
+        {course::TimedInput(d_a)});
 
     // The timed output must be right too. A full CPU product would take minutes: check a 16 x 32
     // grid of elements (random rows and columns, the last row and the last column among them).

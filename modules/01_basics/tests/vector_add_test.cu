@@ -34,19 +34,21 @@ void check_size(std::size_t n, course::Rng& rng) {
 TEST_F(VectorAdd, EdgeSizes) {
     auto rng = test_rng();
     // 1: a single thread's work; 31/33: around a warp; 1009: prime, so never a multiple of the
-    // block; 2^24 + 3: many blocks and a 3-element tail.
+    // block; 1024: a and b end exactly where unmapped memory begins (a load one past the end
+    // faults: the other sizes end inside the last 16 bytes, which hold NaN); 2^24 + 3: many
+    // blocks and a 3-element tail.
     for (std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{33}, std::size_t{1009},
-                          (std::size_t{1} << 24) + 3}) {
+                          std::size_t{1024}, (std::size_t{1} << 24) + 3}) {
         check_size(n, rng);
     }
 }
 
 TEST_F(VectorAdd, Bandwidth) {
     // 2^25 floats per array: a, b, c and the copy's destination are 128 MiB each (512 MiB in
-    // all, and the harness's copy of c to check every timed call against), far above any L2, so
-    // this measures device memory.
+    // all, and the harness's two copies of c to check every timed call against, one per input
+    // set), far above any L2, so this measures device memory.
     const std::size_t n = std::size_t{1} << 25;
-    COURSE_REQUIRE_MEMORY(5 * n * sizeof(float) + (256u << 20));
+    COURSE_REQUIRE_MEMORY(6 * n * sizeof(float) + (256u << 20));
     auto rng = test_rng();
     const auto a = course::random_floats(n, -1.0f, 1.0f, rng);
     const auto b = course::random_floats(n, -1.0f, 1.0f, rng);
@@ -55,7 +57,7 @@ TEST_F(VectorAdd, Bandwidth) {
     const auto timing = course::time_against(
         [&] { vector_add(d_a.data(), d_b.data(), d_c.data(), n); },
         [&] { course::baseline::device_copy(d_copy.data(), d_a.data(), n * sizeof(float)); },
-        {course::TimedOutput(d_c, course::Tolerance::float32())});
+        {course::TimedOutput(d_c, course::Tolerance::float32())}, {course::TimedInput(d_a)});
 
     // The timed output must be right too.
     EXPECT_TRUE(course::expect_close(d_c.download(), add_on_host(a, b),

@@ -148,7 +148,7 @@ inline void time_bandwidth(const Exercise& ex, course::Rng& rng) {
     const auto timing = course::time_against(
         [&] { ex.reduce(d_in.data(), n, d_partials.data()); },
         [&] { course::baseline::device_copy(d_copy.data(), d_in.data(), n * sizeof(float)); },
-        {course::TimedOutput(d_partials, tolerance)});
+        {course::TimedOutput(d_partials, tolerance)}, {course::TimedInput(d_in)});
 
     // The timed output must be right too.
     SCOPED_TRACE(describe_case(n, ex.slice));

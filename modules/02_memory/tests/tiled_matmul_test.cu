@@ -48,6 +48,15 @@ TEST_F(TiledMatmul, EdgeShapes) {
     for (const auto& s : shapes) check_shape(s[0], s[1], s[2], rng);
 }
 
+TEST_F(TiledMatmul, ExtentsAtTheirLimit) {
+    auto rng = test_rng();
+    // M, N and K each at the contract's 2^20, the others small: 2^20 rows of C are 32768 tiles
+    // of 32 along grid.y (65535 at most: a block of 16 rows or fewer would need more); 2^20
+    // columns along grid.x; K = 2^20, 32768 K tiles.
+    const int shapes[][3] = {{1 << 20, 3, 5}, {3, 1 << 20, 5}, {5, 3, 1 << 20}};
+    for (const auto& s : shapes) check_shape(s[0], s[1], s[2], rng);
+}
+
 TEST_F(TiledMatmul, ManyBlocksAndKTiles) {
     auto rng = test_rng();
     // 47 x 33 = 1551 blocks (more than an H100 holds at once, so SMs are full and warps drift
@@ -59,9 +68,9 @@ TEST_F(TiledMatmul, ManyBlocksAndKTiles) {
 TEST_F(TiledMatmul, Throughput) {
     const int n = 4096;
     const std::size_t count = static_cast<std::size_t>(n) * n;
-    // A, B, C, cuBLAS's C and the harness's copy of C: 64 MiB each, plus the timer's L2 flush
-    // buffer.
-    COURSE_REQUIRE_MEMORY(5 * count * sizeof(float) + (256u << 20));
+    // A, B, C, cuBLAS's C and the harness's two copies of C: 64 MiB each, plus the timer's L2
+    // flush buffer.
+    COURSE_REQUIRE_MEMORY(6 * count * sizeof(float) + (256u << 20));
     auto rng = test_rng();
     const auto A = course::random_floats(count, -1.0f, 1.0f, rng);
     const auto B = course::random_floats(count, -1.0f, 1.0f, rng);
@@ -71,7 +80,7 @@ TEST_F(TiledMatmul, Throughput) {
     const auto timing = course::time_against(
         [&] { tiled_matmul(d_A.data(), d_B.data(), d_C.data(), n, n, n); },
         [&] { course::baseline::cublas_sgemm(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data()); },
-        {course::TimedOutput(d_C, dot_tolerance(n))});
+        {course::TimedOutput(d_C, dot_tolerance(n))}, {course::TimedInput(d_A)});
 
     // The timed output must be right too. The full CPU product would take minutes: check whole
     // lines of C instead, a random row and the last one, a random column and the last one (the

@@ -1,7 +1,8 @@
 // Checker of 02_memory/transpose: exact results on the shapes around the 32 x 32 tile (one
 // element, a single row or column, partial tiles on the right and bottom edges, many blocks),
 // then the bandwidth on 16384 x 16384 against a device-to-device copy and against the naive
-// transpose of naive_transpose.cuh, both timed in the same run.
+// transpose of naive_transpose.cuh, both timed in the same run. The contract's extremes too:
+// 2^20 rows or columns, and (last) 2^31 - 41708 elements.
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,9 +32,9 @@ struct LargeCase {
     static constexpr int kSize = 16384;
     static constexpr std::size_t kCount = std::size_t{kSize} * kSize;
     static constexpr std::size_t kBytes = kCount * sizeof(float);
-    // in, out, the baseline's out and the harness's copy of out (every timed call is checked
-    // against it), plus room for the timer's L2 flush buffer.
-    static constexpr std::size_t kDeviceBytes = 4 * kBytes + (256u << 20);
+    // in, out, the baseline's out and the harness's two copies of out (every timed call is
+    // checked against the one of its input set), plus room for the timer's L2 flush buffer.
+    static constexpr std::size_t kDeviceBytes = 5 * kBytes + (256u << 20);
 
     explicit LargeCase(std::uint64_t seed)
         : d_in("in", kCount),
@@ -70,6 +71,8 @@ class Transpose : public course::GpuTest {
     // Device memory the large case still has to allocate (none once it exists).
     static std::size_t large_case_bytes_needed() { return large_ ? 0 : LargeCase::kDeviceBytes; }
     static void TearDownTestSuite() { large_.reset(); }
+    // Its memory back, for the case past 2^30 elements.
+    static void drop_large_case() { large_.reset(); }
 
   private:
     static inline std::unique_ptr<LargeCase> large_;
@@ -97,6 +100,14 @@ TEST_F(Transpose, EdgeShapes) {
     for (const auto& shape : shapes) check_shape(shape[0], shape[1], rng);
 }
 
+TEST_F(Transpose, ExtentsAtTheirLimit) {
+    auto rng = test_rng();
+    // rows and cols at the contract's 2^20, the other small: 2^20 / 32 = 32768 tiles along one
+    // axis (a block of 16 rows or fewer along grid.y would need more than its 65535).
+    check_shape(1 << 20, 3, rng);
+    check_shape(3, 1 << 20, rng);
+}
+
 TEST_F(Transpose, ManyBlocks) {
     auto rng = test_rng();
     // Thousands of blocks of random data: a block that reads its tile before every warp has
@@ -117,7 +128,7 @@ TEST_F(Transpose, BandwidthAgainstCopy) {
                                  course::baseline::device_copy(
                                      large.d_other.data(), large.d_in.data(), LargeCase::kBytes);
                              },
-                             {course::TimedOutput(large.d_out)});
+                             {course::TimedOutput(large.d_out)}, {course::TimedInput(large.d_in)});
 
     large.check_out();
     // The transpose reads 4 * n^2 bytes and writes as many; so does the copy.
@@ -137,12 +148,41 @@ TEST_F(Transpose, BandwidthAgainstNaive) {
     const auto timing = course::time_against(
         [&] { transpose(large.d_in.data(), large.d_out.data(), n, n); },
         [&] { naive_transpose(large.d_in.data(), large.d_other.data(), n, n); },
-        {course::TimedOutput(large.d_out)}, options);
+        {course::TimedOutput(large.d_out)}, {course::TimedInput(large.d_in)}, options);
 
     large.check_out();
     // Both transposes read 4 * n^2 bytes and write as many.
     course::record_bandwidth("16384x16384 vs naive", timing, 2.0 * LargeCase::kBytes,
                              "naive_transpose", 2.0 * LargeCase::kBytes);
+}
+
+// The contract's rows * cols < 2^31 at its end: 46340 x 46341 = 2^31 - 41708 floats, past 2^30
+// (4 bytes each: a byte offset held in 32 bits wraps, at element 2^29 when signed). The input is
+// made on the device; the output is compared in windows around 2^29, 2^30, the ends and random
+// places, each value recomputed from its index in `in`. Last, as every large case.
+TEST_F(Transpose, PastTwoTo30Elements) {
+    drop_large_case();
+    const int rows = 46340, cols = 46341;
+    const std::size_t n = std::size_t{rows} * cols;
+    COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
+    SCOPED_TRACE(describe_shape(rows, cols) + ", in made on the device");
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    course::DeviceBuffer<float> d_in("in", n), d_out("out", n);
+    course::fill_uniform(d_in.data(), n, seed, -1.0f, 1.0f);
+
+    course::run_large_case([&] { transpose(d_in.data(), d_out.data(), rows, cols); });
+
+    const auto moved = [&](const course::Window& w) {  // out[c][r] = in[r][c]
+        std::vector<float> values(w.count);
+        for (std::size_t k = 0; k < w.count; ++k) {
+            const std::size_t c = (w.first + k) / rows, r = (w.first + k) % rows;
+            values[k] = course::hashed::uniform(r * cols + c, seed, -1.0f, 1.0f);
+        }
+        return values;
+    };
+    EXPECT_TRUE(course::expect_windows_close(d_out, course::windows_past_int_range(n, rng), moved,
+                                             course::Tolerance::exact(), {"out"}));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Checker of 03_patterns/histogram: uniform bytes, a skewed input (90% one value) and a single
 // value repeated (every thread on the same counter), at sizes around a warp, around 256 and a
 // uint4, a prime and 2^24 + 3; then 2^28 bytes timed against CUB, uniform and single-valued;
-// then more than 2^31 bytes.
+// then 2^32 - 1 bytes, the contract's largest.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -135,13 +135,14 @@ TEST_F(Histogram, OneValueRepeated) {
 // 2^28 bytes (256 MiB), far above any L2: timed against CUB on the same data.
 void time_against_cub(const std::vector<std::uint8_t>& data, const std::string& label) {
     const std::size_t n = data.size();
-    const course::DeviceBuffer<std::uint8_t> d_data("data", data);
+    course::DeviceBuffer<std::uint8_t> d_data("data", data);
     course::DeviceBuffer<unsigned int> bins("bins", 256), cub_bins("cub_bins", 256);
 
+    // Every byte of the second input set is the first's XOR 0x5A: still a byte, in another bin.
     const auto timing = course::time_against(
         [&] { histogram_256(d_data.data(), n, bins.data()); },
         [&] { course::baseline::cub_histogram_256(d_data.data(), n, cub_bins.data()); },
-        {course::TimedOutput(bins)});
+        {course::TimedOutput(bins)}, {course::TimedInput(d_data, std::uint8_t{0x5A})});
 
     EXPECT_TRUE(counts_match(bins.download(), course::reference::histogram_256(data), n));
     // Both read the n input bytes once (and write 256 counters).
@@ -166,13 +167,15 @@ TEST_F(Histogram, BandwidthOneValue) {
 }
 
 TEST_F(Histogram, MoreThan2To31Bytes) {
-    // 2^31 + 2^24 + 7 bytes (2.2 GB): past 2^31, where a byte index held in an int overflows; 7
-    // bytes after the last uint4. The bytes repeat every kPeriod (a prime): the counts are then
-    // (n / kPeriod) times a period's plus those of the first n % kPeriod bytes of one.
+    // 2^32 - 1 bytes (4.3 GB), the contract's largest: past 2^31, where a byte index held in an
+    // int overflows, and up to where one held in an unsigned int does (a loop whose unsigned
+    // index steps past 2^32 - 1 wraps and never ends); 15 bytes after the last uint4. The bytes
+    // repeat every kPeriod (a prime): the counts are then (n / kPeriod) times a period's plus
+    // those of the first n % kPeriod bytes of one.
     constexpr std::size_t kPeriod = 1000003;
-    const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 24) + 7;
+    const std::size_t n = (std::size_t{1} << 32) - 1;
     COURSE_LARGE_CASE(n + (64u << 20));
-    SCOPED_TRACE("n = 2^31 + 2^24 + 7, bytes made on the device, repeating every " +
+    SCOPED_TRACE("n = 2^32 - 1, bytes made on the device, repeating every " +
                  std::to_string(kPeriod));
     auto rng = test_rng();
     const std::uint64_t seed = rng.next_u64();

@@ -108,14 +108,14 @@ TEST_F(ReduceFull, BandwidthAgainstCub) {
     COURSE_REQUIRE_MEMORY(n * sizeof(float) + (256u << 20));
     auto rng = test_rng();
     const auto values = course::random_floats(n, -1.0f, 1.0f, rng);
-    const course::DeviceBuffer<float> in("in", values);
+    course::DeviceBuffer<float> in("in", values);
     course::DeviceBuffer<float> out("out", 1), cub_out("cub_out", 1);
     const auto tolerance = course::Tolerance::float32(n, 1.0);
 
     const auto timing = course::time_against(
         [&] { reduce_full(in.data(), n, out.data()); },
         [&] { course::baseline::cub_reduce_sum(in.data(), cub_out.data(), n); },
-        {course::TimedOutput(out, tolerance)});
+        {course::TimedOutput(out, tolerance)}, {course::TimedInput(in)});
 
     // The timed output must be right too (after hundreds of calls: scratch reused correctly).
     EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values), tolerance));
@@ -128,14 +128,14 @@ TEST_F(ReduceFull, BandwidthAgainstCopy) {
     COURSE_REQUIRE_MEMORY(2 * n * sizeof(float) + (256u << 20));
     auto rng = test_rng();
     const auto values = course::random_floats(n, -1.0f, 1.0f, rng);
-    const course::DeviceBuffer<float> in("in", values);
+    course::DeviceBuffer<float> in("in", values);
     course::DeviceBuffer<float> out("out", 1), copy("copy", n);
     const auto tolerance = course::Tolerance::float32(n, 1.0);
 
     const auto timing = course::time_against(
         [&] { reduce_full(in.data(), n, out.data()); },
         [&] { course::baseline::device_copy(copy.data(), in.data(), n * sizeof(float)); },
-        {course::TimedOutput(out, tolerance)});
+        {course::TimedOutput(out, tolerance)}, {course::TimedInput(in)});
 
     EXPECT_TRUE(sum_matches(out.download()[0], course::reference::sum(values), tolerance));
     // reduce_full reads 4n bytes; the copy reads 4n and writes 4n: each rate counts the bytes

@@ -75,19 +75,20 @@ TEST_F(ScanBlock, AllOnes) {
 }
 
 TEST_F(ScanBlock, BandwidthAgainstCopy) {
-    // 2^26 ints: in, out, the copy's destination and the harness's copy of out are 256 MiB
-    // each, far above any L2.
+    // 2^26 ints: in, out, the copy's destination and the harness's two copies of out are 256
+    // MiB each, far above any L2.
     const std::size_t n = std::size_t{1} << 26;
-    COURSE_REQUIRE_MEMORY(4 * n * sizeof(int) + (256u << 20));
+    COURSE_REQUIRE_MEMORY(5 * n * sizeof(int) + (256u << 20));
     auto rng = test_rng();
     const auto values = course::random_ints(n, -1000, 1000, rng);
-    const course::DeviceBuffer<int> in("in", values);
+    course::DeviceBuffer<int> in("in", values);
     course::DeviceBuffer<int> out("out", n), copy("copy", n);
 
+    // The second input set: every value XOR 1 (one apart, as small as the first set's).
     const auto timing = course::time_against(
         [&] { scan_block(in.data(), out.data(), n); },
         [&] { course::baseline::device_copy(copy.data(), in.data(), n * sizeof(int)); },
-        {course::TimedOutput(out)});
+        {course::TimedOutput(out)}, {course::TimedInput(in, 1)});
 
     EXPECT_TRUE(scans_match(out.download(),
                             course::reference::inclusive_scan_per_tile(values, kScanBlockTile)));

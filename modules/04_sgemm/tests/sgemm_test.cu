@@ -1,7 +1,8 @@
 // Checker of every rung of the 04_sgemm ladder: they share the contract (sgemm.h) and this file
 // (each rung's manifest entry names it). C = alpha * A B + beta * C against a double-precision
 // CPU product, on shapes with partial tiles along M, N and K, a tall-skinny and a short-wide
-// product, K = 1, and rows that do not start on a 16-byte boundary. Every shape runs twice: with
+// product, K = 1, and rows that do not start on a 16-byte boundary (all three matrices, one of A
+// and B, or the rows of one of them only). Every shape runs twice: with
 // beta != 0 and C prefilled (C must be read), then with beta = 0 and C holding NaN (C must not be
 // read), three times, since a correct kernel gives the same bits every run. A failure names the
 // mistake where the output shows one: beta * C or alpha left out, the last partial K tile
@@ -9,7 +10,8 @@
 // race; probed on a larger product when a small one is wrong the same way every run).
 // Then the rate at 4096^3 against cuBLAS SGEMM in plain FP32 (no TF32), timed in the same run:
 // the case the target is judged on. Then a sweep of square sizes from 256 to 2048 against the
-// same cuBLAS call, for the ladder (`grader report 04`).
+// same cuBLAS call, for the ladder (`grader report 04`). Last, the contract's extremes: M = 2^20
+// (a grid along y past 65535 blocks) and C past 2^30 elements (32-bit byte offsets wrap).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -207,34 +209,46 @@ testing::AssertionResult verdict(const std::vector<float>& got, const std::vecto
 }
 
 // `values` after `offset` floats of padding: a device copy of it, read from data() + offset,
-// starts `offset` floats past the 256-byte boundary of the allocation.
+// starts `offset` floats past a 16-byte boundary (the harness's buffers start on one).
 std::vector<float> padded(const std::vector<float>& values, int offset) {
     std::vector<float> out(offset, 0.0f);
     out.insert(out.end(), values.begin(), values.end());
     return out;
 }
 
-// Checks one shape. `offset` > 0 makes A, B and C start that many floats past a 16-byte
+// How many floats past a 16-byte boundary A, B and C start.
+struct Offsets {
+    int a = 0, b = 0, c = 0;
+    std::string describe() const {
+        if (a == 0 && b == 0 && c == 0) return "";
+        const auto one = [](const char* name, int offset) {
+            return std::string(name) +
+                   (offset ? " one float past a 16-byte boundary" : " on a 16-byte boundary");
+        };
+        return ", " + one("A", a) + ", " + one("B", b) + ", " + one("C", c);
+    }
+};
+
+// Checks one shape. Offsets other than 0 make A, B or C start that many floats past a 16-byte
 // boundary (float4 loads of them must not be assumed).
-void check_shape(const Shape& shape, course::Rng& rng, int offset = 0) {
-    SCOPED_TRACE(describe(shape) + (offset ? ", A, B and C starting " + std::to_string(offset) +
-                                                 " float(s) past a 16-byte boundary"
-                                           : ""));
+void check_shape(const Shape& shape, course::Rng& rng, Offsets offsets = {}) {
+    SCOPED_TRACE(describe(shape) + offsets.describe());
     const Problem p = make_problem(shape, rng);
     const std::size_t c_count = count(shape.M, shape.N);
-    course::DeviceBuffer<float> d_A("A", padded(p.A, offset)), d_B("B", padded(p.B, offset));
-    course::DeviceBuffer<float> d_C("C", c_count + offset);
-    float* C = d_C.data() + offset;
+    course::DeviceBuffer<float> d_A("A", padded(p.A, offsets.a)), d_B("B", padded(p.B, offsets.b));
+    course::DeviceBuffer<float> d_C("C", c_count + offsets.c);
+    float* C = d_C.data() + offsets.c;
     const auto run = [&](float beta) {
-        sgemm(shape.M, shape.N, shape.K, kAlpha, d_A.data() + offset, d_B.data() + offset, beta, C);
+        sgemm(shape.M, shape.N, shape.K, kAlpha, d_A.data() + offsets.a, d_B.data() + offsets.b,
+              beta, C);
     };
     const auto download_C = [&] {
         const auto all = d_C.download();
-        return std::vector<float>(all.begin() + offset, all.end());
+        return std::vector<float>(all.begin() + offsets.c, all.end());
     };
 
     // beta != 0: C holds data, which the kernel must read.
-    d_C.upload(padded(p.C, offset));
+    d_C.upload(padded(p.C, offsets.c));
     run(kBeta);
     const auto with_beta = download_C();
     // beta = 0: C holds NaN, which the kernel must overwrite without reading; three runs, which
@@ -293,11 +307,33 @@ TEST_F(Sgemm, LargeShapes) {
         check_shape(shape, rng);
 }
 
+TEST_F(Sgemm, ExtentsAtTheirLimit) {
+    auto rng = test_rng();
+    // M, N and K each at the contract's 2^20, the others small: 2^20 rows need more than 65535
+    // blocks along grid.y when a block covers 16 rows or fewer; 2^20 columns, the same along
+    // grid.x (which has 2^31 - 1); K = 2^20, one long K loop.
+    for (const Shape shape : {Shape{1 << 20, 3, 5}, Shape{3, 1 << 20, 5}, Shape{5, 3, 1 << 20}})
+        check_shape(shape, rng);
+}
+
 TEST_F(Sgemm, MisalignedStarts) {
     auto rng = test_rng();
     // K and N multiples of 4, but A, B and C start 1 float past a 16-byte boundary: no row of A
     // or B may be read as float4s.
-    check_shape(Shape{64, 68, 36}, rng, 1);
+    check_shape(Shape{64, 68, 36}, rng, {1, 1, 1});
+    // One of A and B aligned, the other not: a launcher that decides B's float4 path from A's
+    // pointer (or A's from B's) reads the other as float4s from a misaligned address.
+    check_shape(Shape{64, 68, 36}, rng, {0, 1, 0});
+    check_shape(Shape{64, 68, 36}, rng, {1, 0, 0});
+}
+
+TEST_F(Sgemm, RowsOfOnlyOneMatrixAligned) {
+    auto rng = test_rng();
+    // K a multiple of 4 and N not: every row of A starts on a 16-byte boundary, the rows of B
+    // after the first do not (and C's neither); then N a multiple of 4 and K not. A launcher
+    // that decides B's float4 path from K (or A's from N) reads misaligned rows.
+    check_shape(Shape{64, 66, 36}, rng);
+    check_shape(Shape{64, 68, 34}, rng);
 }
 
 // Two lines of an extent: a random one and the last one, where a tail bug would show.
@@ -339,8 +375,8 @@ void check_lines(const std::vector<float>& got, const std::vector<float>& A,
 // this also proves the baseline ran in plain FP32.
 void time_square(int n, const char* baseline_name, course::Rng rng) {
     const std::size_t elements = count(n, n);
-    // A, B, C, cuBLAS's C and the harness's copy of C, plus the timer's L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(5 * elements * sizeof(float) + (256u << 20));
+    // A, B, C, cuBLAS's C and the harness's two copies of C, plus the timer's L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(6 * elements * sizeof(float) + (256u << 20));
     const Shape shape{n, n, n};
     SCOPED_TRACE(describe(shape));
     const auto A = course::random_floats(elements, -1.0f, 1.0f, rng);
@@ -351,7 +387,7 @@ void time_square(int n, const char* baseline_name, course::Rng rng) {
     const auto timing = course::time_against(
         [&] { sgemm(n, n, n, 1.0f, d_A.data(), d_B.data(), 0.0f, d_C.data()); },
         [&] { course::baseline::cublas_sgemm(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data()); },
-        {course::TimedOutput(d_C, tolerance(n))});
+        {course::TimedOutput(d_C, tolerance(n))}, {course::TimedInput(d_A)});
 
     const auto lines = sample_lines(n, rng);
     check_lines(d_C.download(), A, B, n, lines, "C");
@@ -371,5 +407,49 @@ TEST_F(Sgemm, SweepRate256) { time_square(256, kSweepBaseline, test_rng()); }
 TEST_F(Sgemm, SweepRate512) { time_square(512, kSweepBaseline, test_rng()); }
 TEST_F(Sgemm, SweepRate1024) { time_square(1024, kSweepBaseline, test_rng()); }
 TEST_F(Sgemm, SweepRate2048) { time_square(2048, kSweepBaseline, test_rng()); }
+
+// The contract's extremes in one product: M = 2^20 rows, so a launcher that gives a block 16
+// rows or fewer along grid.y asks for more than its 65535 blocks; and C of 2^20 x 2047 =
+// 2^31 - 2^20 elements, past 2^30: 4 bytes each make 2^33 bytes, where a byte offset held in
+// 32 bits wraps (at element 2^29 when signed). K = 9: a partial K tile as well. A and B are
+// small (uploaded); C is made on the device (beta != 0: it is read too). Last in the file, as
+// every large case: an illegal address there is sticky.
+TEST_F(Sgemm, TallPastGridYAndByteOffsets) {
+    const Shape shape{1 << 20, 2047, 9};
+    const std::size_t c_count = count(shape.M, shape.N);
+    COURSE_LARGE_CASE((c_count + count(shape.M, shape.K) + count(shape.K, shape.N)) *
+                          sizeof(float) +
+                      (64u << 20));
+    SCOPED_TRACE(describe(shape) + ": M = 2^20, C past 2^30 elements (made on the device)");
+    auto rng = test_rng();
+    const auto A = course::random_floats(count(shape.M, shape.K), -1.0f, 1.0f, rng);
+    const auto B = course::random_floats(count(shape.K, shape.N), -1.0f, 1.0f, rng);
+    const std::uint64_t c_seed = rng.next_u64();
+    course::DeviceBuffer<float> d_A("A", A), d_B("B", B), d_C("C", c_count);
+    course::fill_uniform(d_C.data(), c_count, c_seed, -1.0f, 1.0f);
+
+    course::run_large_case([&] {
+        sgemm(shape.M, shape.N, shape.K, kAlpha, d_A.data(), d_B.data(), kBeta, d_C.data());
+    });
+
+    // Whole rows of C: the first and last, those around elements 2^29 and 2^30, and random
+    // ones; a message names the byte offset that wrapped when only rows past it are wrong.
+    const auto tol = tolerance(shape.K);
+    std::vector<float> got;
+    std::vector<double> want;
+    course::CompareOptions options{"C"};
+    for (const course::Window& w : course::rows_past_int_range(shape.M, shape.N, rng)) {
+        const auto values = d_C.download(w.first, w.count);
+        got.insert(got.end(), values.begin(), values.end());
+        for (std::size_t e = w.first; e < w.first + w.count; ++e) {
+            const double product =
+                course::reference::matmul_element(A, B, shape.N, shape.K, e / shape.N, e % shape.N);
+            want.push_back(kAlpha * product +
+                           kBeta * course::hashed::uniform(e, c_seed, -1.0f, 1.0f));
+            options.indices.push_back(e);
+        }
+    }
+    EXPECT_TRUE(course::expect_close(got, want, tol, options));
+}
 
 }  // namespace

@@ -173,10 +173,42 @@ std::vector<double> product_over_first(const Bf16Matrix& A, const Bf16Matrix& B,
     return course::reference::matmul_abt(a, b, shape.M, shape.N, kept);
 }
 
+// `m` (rows x K, K-contiguous) with each 16 x 16 block of it transposed in place (zeros where the
+// block reaches past the matrix): what a fragment loaded with the other layout than the data's
+// holds. A 16 x 16 x 16 WMMA fragment is 16 x 16 elements of one operand.
+std::vector<float> blocks_transposed(const std::vector<float>& m, int rows, int K) {
+    std::vector<float> out(m.size());
+    for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < K; ++k) {
+            const int from_r = r / 16 * 16 + k % 16, from_k = k / 16 * 16 + r % 16;
+            out[count(r, K) + k] =
+                from_r < rows && from_k < K ? m[count(from_r, K) + from_k] : 0.0f;
+        }
+    return out;
+}
+
 // What a wrong C looks like, when a known mistake explains it.
 std::string diagnose(const std::vector<float>& got, const Bf16Matrix& A, const Bf16Matrix& B,
                      const Shape& shape) {
     if (static_cast<double>(shape.M) * shape.N * shape.K > kDiagnosedWork) return "";
+    // A fragment loaded with the wrong layout: each 16 x 16 block of that operand transposed.
+    const auto tol = tolerance(shape.K);
+    if (agrees(
+            got,
+            course::reference::matmul_abt(A.values, blocks_transposed(B.values, shape.N, shape.K),
+                                          shape.M, shape.N, shape.K),
+            tol))
+        return "C is what B gives with each 16 x 16 block of it transposed: a B fragment loaded "
+               "with the wrong layout. B is N x K row-major, so the K x N operand B^T is column-"
+               "major: its fragments are matrix_b, col_major (wmma), or the layout argument of "
+               "the load says which";
+    if (agrees(got,
+               course::reference::matmul_abt(blocks_transposed(A.values, shape.M, shape.K),
+                                             B.values, shape.M, shape.N, shape.K),
+               tol))
+        return "C is what A gives with each 16 x 16 block of it transposed: an A fragment loaded "
+               "with the wrong layout. A is M x K row-major: its fragments are matrix_a, "
+               "row_major";
     std::set<int> kept_counts;
     for (int step : {16, 32, 64, 128, 256}) kept_counts.insert(shape.K / step * step);
     kept_counts.erase(shape.K);  // (0 stays: K below one tile, dropped whole, leaves C all zeros)
@@ -250,6 +282,15 @@ TEST_F(GemmBf16, SmallShapes) {
     }
 }
 
+TEST_F(GemmBf16, ExtentsAtTheirLimit) {
+    auto rng = test_rng();
+    // M, N and K each at the contract's 2^16, the others at their smallest: 65536 rows of C are
+    // 512 tiles of 128 (a block of 64 rows or fewer along grid.y: 1024 or more, still below
+    // 65535); K = 65536, 4096 k16 steps.
+    for (const Shape shape : {Shape{65536, 8, 16}, Shape{8, 65536, 16}, Shape{8, 8, 65536}})
+        check_shape(shape, rng);
+}
+
 TEST_F(GemmBf16, LargeShapes) {
     auto rng = test_rng();
     // 1000x1032x264: partial tiles along M and N (1000 = 7 x 128 + 104, 1032 = 4 x 256 + 8), more
@@ -297,9 +338,9 @@ void check_lines(const std::vector<float>& got, const Bf16Matrix& A, const Bf16M
 // compute what the exercise computes). The rate's ceiling is the tensor cores' bf16 peak.
 void time_square(int n, const char* baseline_name, course::Rng rng) {
     const std::size_t elements = count(n, n);
-    // A and B (bf16), C, cuBLAS's C and the harness's copy of C (float), plus the timer's L2
-    // flush buffer.
-    COURSE_REQUIRE_MEMORY(elements * (2 * 2 + 3 * 4) + (256u << 20));
+    // A and B (bf16), C, cuBLAS's C and the harness's two copies of C (float), plus the timer's
+    // L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(elements * (2 * 2 + 4 * 4) + (256u << 20));
     const Shape shape{n, n, n};
     SCOPED_TRACE(describe(shape));
     const Bf16Matrix A = random_bf16(elements, rng), B = random_bf16(elements, rng);
@@ -311,7 +352,8 @@ void time_square(int n, const char* baseline_name, course::Rng rng) {
         [&] {
             course::baseline::cublas_gemm_bf16(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data());
         },
-        {course::TimedOutput(d_C, tolerance(n))});
+        {course::TimedOutput(d_C, tolerance(n))},
+        {course::TimedInput(d_A, std::uint16_t{0x8000})});  // the sign of every bf16 of A
 
     const auto lines = sample_lines(n, rng);
     check_lines(d_C.download(), A, B, n, lines, "C");
@@ -331,5 +373,41 @@ TEST_F(GemmBf16, Rate8192) { time_square(8192, kBaseline, test_rng()); }
 TEST_F(GemmBf16, SweepRate512) { time_square(512, kSweepBaseline, test_rng()); }
 TEST_F(GemmBf16, SweepRate1024) { time_square(1024, kSweepBaseline, test_rng()); }
 TEST_F(GemmBf16, SweepRate2048) { time_square(2048, kSweepBaseline, test_rng()); }
+
+// M at the contract's 2^16 and C of 2^16 x 32760 = 2^31 - 2^19 floats, past 2^30: 4 bytes each
+// make 2^33 bytes, where a byte offset held in 32 bits wraps (at element 2^29 when signed). A
+// and B are small (uploaded); whole rows of C are compared: the first and last, those around
+// elements 2^29 and 2^30, random ones. Last in the file, as every large case: an illegal address
+// there is sticky.
+TEST_F(GemmBf16, CPastTwoTo30Elements) {
+    const Shape shape{65536, 32760, 64};
+    const std::size_t c_count = count(shape.M, shape.N);
+    COURSE_LARGE_CASE(c_count * sizeof(float) +
+                      (count(shape.M, shape.K) + count(shape.N, shape.K)) * 2 + (64u << 20));
+    SCOPED_TRACE(describe(shape) + ": C past 2^30 elements");
+    auto rng = test_rng();
+    const Bf16Matrix A = random_bf16(count(shape.M, shape.K), rng);
+    const Bf16Matrix B = random_bf16(count(shape.N, shape.K), rng);
+    course::DeviceBuffer<std::uint16_t> d_A("A", A.bits), d_B("B", B.bits);
+    course::DeviceBuffer<float> d_C("C", c_count);
+
+    course::run_large_case(
+        [&] { gemm_bf16(shape.M, shape.N, shape.K, as_bf16(d_A), as_bf16(d_B), d_C.data()); });
+
+    std::vector<float> got;
+    std::vector<double> want;
+    course::CompareOptions options{"C"};
+    for (const course::Window& w : course::rows_past_int_range(shape.M, shape.N, rng)) {
+        const auto values = d_C.download(w.first, w.count);
+        got.insert(got.end(), values.begin(), values.end());
+        for (std::size_t e = w.first; e < w.first + w.count; ++e) {
+            want.push_back(course::reference::matmul_abt_element(A.values, B.values, shape.K,
+                                                                 static_cast<int>(e / shape.N),
+                                                                 static_cast<int>(e % shape.N)));
+            options.indices.push_back(e);
+        }
+    }
+    EXPECT_TRUE(course::expect_close(got, want, tolerance(shape.K), options));
+}
 
 }  // namespace

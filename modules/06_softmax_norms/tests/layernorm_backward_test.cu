@@ -253,9 +253,9 @@ TEST_F(LayerNormBackward, SameBitsEveryCall) {
 TEST_F(LayerNormBackward, Bandwidth16384x4096) {
     const int rows = 16384, cols = 4096;
     const std::size_t n = std::size_t(rows) * cols;
-    // x, dy, dx, the copy's destination and the harness's copy of dx (256 MiB each), plus room
-    // for the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(5 * n * sizeof(float) + (256u << 20));
+    // x, dy, dx, the copy's destination and the harness's two copies of dx (256 MiB each), plus
+    // room for the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(6 * n * sizeof(float) + (256u << 20));
     auto rng = test_rng();
     const auto in = make_inputs(Rows::kRandom, rows, cols, rng);
     auto d = upload(in);
@@ -267,7 +267,8 @@ TEST_F(LayerNormBackward, Bandwidth16384x4096) {
         [&] { run(d, out, rows, cols); },
         [&] { course::baseline::device_copy(d_copy.data(), d.x.data(), n * sizeof(float)); },
         {course::TimedOutput(out.dx, tol.dx), course::TimedOutput(out.dgamma, tol.dgamma),
-         course::TimedOutput(out.dbeta, tol.dbeta)});
+         course::TimedOutput(out.dbeta, tol.dbeta)},
+        {course::TimedInput(d.dy)});  // dy negated: dx, dgamma and dbeta negate
 
     {
         SCOPED_TRACE("the timed run, 16384 x 4096");

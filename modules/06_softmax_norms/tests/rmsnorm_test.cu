@@ -111,9 +111,9 @@ TEST_F(RmsNorm, ExtremeRows) {
 
 void time_case(int rows, int cols, course::Rng& rng) {
     const std::size_t n = std::size_t(rows) * cols;
-    // x, y, the copy's destination and the harness's copy of y, plus room for the L2 flush
+    // x, y, the copy's destination and the harness's two copies of y, plus room for the L2 flush
     // buffer.
-    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (256u << 20));
+    COURSE_REQUIRE_MEMORY(5 * n * sizeof(float) + (256u << 20));
     const auto x = make_x(Rows::kRandom, rows, cols, rng);
     const auto weight = course::random_floats(cols, 0.5f, 1.5f, rng);
     course::DeviceBuffer<float> d_x("x", x), d_weight("weight", weight), d_y("y", n),
@@ -122,7 +122,7 @@ void time_case(int rows, int cols, course::Rng& rng) {
     const auto timing = course::time_against(
         [&] { rmsnorm(d_x.data(), d_weight.data(), d_y.data(), rows, cols); },
         [&] { course::baseline::device_copy(d_copy.data(), d_x.data(), n * sizeof(float)); },
-        {course::TimedOutput(d_y, y_tolerance(cols))});
+        {course::TimedOutput(d_y, y_tolerance(cols))}, {course::TimedInput(d_x)});
 
     {
         SCOPED_TRACE("the timed run, " + std::to_string(rows) + " x " + std::to_string(cols));

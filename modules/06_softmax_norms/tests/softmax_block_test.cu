@@ -2,6 +2,7 @@
 // rows, scalar and float4 paths), many rows, one dominant entry at each boundary position, inputs
 // that overflow a naive exp and -inf entries, pointers that are not 16-byte aligned; then the
 // bandwidth at 16384 x 4096 and 4096 x 50304 next to a device copy, and next to cuDNN's softmax.
+// The contract's extremes: 2^20 rows, and last rows x cols just below 2^31.
 #include "softmax_block.h"
 #include "softmax_checks.h"
 
@@ -17,6 +18,11 @@ TEST_F(SoftmaxBlock, EdgeColumns) {
 TEST_F(SoftmaxBlock, ManyRows) {
     auto rng = test_rng();
     softmax_checks::many_rows(softmax_block, rng);
+}
+
+TEST_F(SoftmaxBlock, MostRows) {
+    auto rng = test_rng();
+    softmax_checks::most_rows(softmax_block, rng);
 }
 
 TEST_F(SoftmaxBlock, DominantElementAtBoundaries) {
@@ -50,6 +56,12 @@ TEST_F(SoftmaxBlock, Bandwidth4096x50304) {
 TEST_F(SoftmaxBlock, VersusCudnn4096x50304) {
     auto rng = test_rng();
     softmax_checks::perf(softmax_block, 4096, 50304, softmax_checks::Baseline::cudnn, rng);
+}
+
+// The contract's largest: rows * cols just below 2^31 (a large case, last).
+TEST_F(SoftmaxBlock, Largest) {
+    auto rng = test_rng();
+    softmax_checks::largest(softmax_block, rng);
 }
 
 }  // namespace

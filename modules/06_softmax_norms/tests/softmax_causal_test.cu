@@ -1,9 +1,11 @@
 // Checker of 06_softmax_norms/softmax_causal: sequence lengths around every boundary (register
 // rows up to 1024, block rows beyond, scalar and float4 paths), several scales, many heads,
 // scores that overflow a naive exp and a dominant score on the diagonal or in column 0, pointers
-// that are not 16-byte aligned. Scores above the diagonal are NaN throughout: a kernel that lets
-// one of them into its maximum or its sum produces NaN. Then the bandwidth at GPT-2's shape (96
-// heads of 1024 x 1024) and at a long context (8 heads of 4096 x 4096) next to a device copy.
+// that are not 16-byte aligned. Scores above the diagonal are NaN (but in the largest case): a
+// kernel that lets one of them into its maximum or its sum produces NaN. Then the bandwidth at
+// GPT-2's shape (96 heads of 1024 x 1024) and at a long context (8 heads of 4096 x 4096) next to a
+// device copy. The contract's extremes: 2^20 heads, and last 127 x 4096 x 4096 scores, just below
+// 2^31.
 #include <cmath>
 #include <limits>
 
@@ -96,6 +98,16 @@ TEST_F(SoftmaxCausal, ManyHeads) {
     }
 }
 
+// 2^20 heads of T = 2: more than the 65535 blocks a grid holds along y (a block per head there
+// fails).
+TEST_F(SoftmaxCausal, MostHeads) {
+    COURSE_SKIP_ON_EMULATOR("2^20 heads");
+    auto rng = test_rng();
+    const std::size_t heads = std::size_t{1} << 20, T = 2;
+    SCOPED_TRACE(shape(heads, T, 0.125f));
+    check_causal(causal_scores(heads, T, -10.0f, 10.0f, rng), heads, T, 0.125f);
+}
+
 // Five heads: scores spread over +-1e4, all 1e4, all -1e4, 1e4 on the diagonal (the last live
 // column of each row), 1e4 in column 0. Without the maximum subtracted, expf overflows; with a
 // row's first or last live column left out of the maximum or the sum, the result is inf or NaN.
@@ -132,8 +144,8 @@ TEST_F(SoftmaxCausal, MisalignedPointers) {
 
 void causal_bandwidth(std::size_t batch_heads, std::size_t T, course::Rng& rng) {
     const std::size_t n = batch_heads * T * T, rows = batch_heads * T;
-    // scores, probs, the copy's destination and the harness's copy of probs.
-    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (512u << 20));
+    // scores, probs, the copy's destination and the harness's two copies of probs.
+    COURSE_REQUIRE_MEMORY(5 * n * sizeof(float) + (512u << 20));
     const float scale = 0.125f;  // head dimension 64
     const auto scores = causal_scores(batch_heads, T, -10.0f, 10.0f, rng);
     course::DeviceBuffer<float> d_scores("scores", scores), d_probs("probs", n), d_copy("copy", n);
@@ -143,7 +155,7 @@ void causal_bandwidth(std::size_t batch_heads, std::size_t T, course::Rng& rng) 
     const auto timing = course::time_against(
         [&] { softmax_causal(d_scores.data(), d_probs.data(), heads, length, scale); },
         [&] { course::baseline::device_copy(d_copy.data(), d_scores.data(), n * sizeof(float)); },
-        {course::TimedOutput(d_probs, tol)});
+        {course::TimedOutput(d_probs, tol)}, {course::TimedInput(d_scores)});
 
     const auto got = d_probs.download();
     EXPECT_TRUE(softmax_checks::rows_are_distributions(got, rows, T, tol, "probs",
@@ -175,6 +187,39 @@ TEST_F(SoftmaxCausal, Bandwidth96x1024x1024) {
 TEST_F(SoftmaxCausal, Bandwidth8x4096x4096) {
     auto rng = test_rng();
     causal_bandwidth(8, 4096, rng);
+}
+
+// The contract's batch_heads * T * T < 2^31 at its end: 127 heads of T = 4096, 2^31 - 2^24
+// floats, past 2^30 (4 bytes each: a byte offset held in 32 bits wraps, at element 2^29 when
+// signed). The scores are made on the device (finite above the diagonal too: the other cases put
+// NaN there); whole rows are compared. A large case: last.
+TEST_F(SoftmaxCausal, Largest) {
+    const std::size_t heads = 127, T = 4096, n = heads * T * T, rows = heads * T;
+    COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
+    const float scale = 0.125f;
+    SCOPED_TRACE(shape(heads, T, scale) + " (2^31 - 2^24 elements), scores made on the device");
+    auto rng = test_rng();
+    const std::uint64_t seed = rng.next_u64();
+    course::DeviceBuffer<float> d_scores("scores", n), d_probs("probs", n);
+    course::fill_uniform(d_scores.data(), n, seed, -10.0f, 10.0f);
+    course::run_large_case([&] {
+        softmax_causal(d_scores.data(), d_probs.data(), static_cast<int>(heads),
+                       static_cast<int>(T), scale);
+    });
+    const auto reference = [&](const course::Window& w) {  // whole rows
+        std::vector<double> want;
+        std::vector<float> row(T);
+        for (std::size_t r = w.first / T; r < (w.first + w.count) / T; ++r) {
+            for (std::size_t j = 0; j < T; ++j)
+                row[j] = course::hashed::uniform(r * T + j, seed, -10.0f, 10.0f);
+            const auto p = course::reference::softmax_causal_row(row.data(), r % T, T, scale);
+            want.insert(want.end(), p.begin(), p.end());
+        }
+        return want;
+    };
+    EXPECT_TRUE(course::expect_windows_close(
+        d_probs, course::rows_past_int_range(rows, T, rng), reference,
+        softmax_checks::softmax_tolerance(T, 10.0 * scale), {"probs"}));
 }
 
 }  // namespace

@@ -198,6 +198,43 @@ inline void many_rows(Softmax softmax, course::Rng& rng) {
     }
 }
 
+// 2^20 rows of 3: more than the 65535 blocks a grid holds along y (a block per row there fails).
+inline void most_rows(Softmax softmax, course::Rng& rng) {
+    COURSE_SKIP_ON_EMULATOR("2^20 rows");
+    const std::size_t rows = std::size_t{1} << 20, cols = 3;
+    SCOPED_TRACE("rows = 2^20, cols = 3");
+    check_softmax(softmax, course::random_floats(rows * cols, -5.0f, 5.0f, rng), rows, cols);
+}
+
+// The contract's rows * cols < 2^31 at its end: 41942 rows of 51200 = 2^31 - 53248 floats, past
+// 2^30 (4 bytes each: a byte offset held in 32 bits wraps, at element 2^29 when signed). The
+// input is made on the device; whole rows are compared (the first and last, those around
+// elements 2^29 and 2^30, random ones). A large case: last in a checker.
+inline void largest(Softmax softmax, course::Rng& rng) {
+    const std::size_t rows = 41942, cols = 51200, n = rows * cols;
+    COURSE_LARGE_CASE(2 * n * sizeof(float) + (64u << 20));
+    SCOPED_TRACE("rows = 41942, cols = 51200 (2^31 - 53248 elements), in made on the device");
+    const std::uint64_t seed = rng.next_u64();
+    course::DeviceBuffer<float> d_in("in", n), d_out("out", n);
+    course::fill_uniform(d_in.data(), n, seed, -5.0f, 5.0f);
+    course::run_large_case([&] {
+        softmax(d_in.data(), d_out.data(), static_cast<int>(rows), static_cast<int>(cols));
+    });
+    const auto reference = [&](const course::Window& w) {  // whole rows
+        std::vector<double> want;
+        std::vector<float> row(cols);
+        for (std::size_t r = w.first / cols; r < (w.first + w.count) / cols; ++r) {
+            for (std::size_t c = 0; c < cols; ++c)
+                row[c] = course::hashed::uniform(r * cols + c, seed, -5.0f, 5.0f);
+            const auto p = course::reference::softmax_row(row.data(), cols);
+            want.insert(want.end(), p.begin(), p.end());
+        }
+        return want;
+    };
+    EXPECT_TRUE(course::expect_windows_close(d_out, course::rows_past_int_range(rows, cols, rng),
+                                             reference, softmax_tolerance(cols), {"out"}));
+}
+
 // One row per position p: 1e4 at column p, the rest in [-5, 5]. The output is exactly one-hot at
 // p, but only if column p takes part in all three steps: left out of the maximum, expf(1e4 - 5)
 // overflows; left out of the sum, the sum is 0; left out of the write, it keeps the poison. The
@@ -298,9 +335,9 @@ enum class Baseline { copy, cudnn };
 inline void perf(Softmax softmax, std::size_t rows, std::size_t cols, Baseline baseline,
                  course::Rng& rng) {
     const std::size_t n = rows * cols;
-    // in, out, the baseline's output and the harness's copy of out, plus room for the L2 flush
-    // buffer and cuDNN.
-    COURSE_REQUIRE_MEMORY(4 * n * sizeof(float) + (512u << 20));
+    // in, out, the baseline's output and the harness's two copies of out, plus room for the L2
+    // flush buffer and cuDNN.
+    COURSE_REQUIRE_MEMORY(5 * n * sizeof(float) + (512u << 20));
     if (baseline == Baseline::cudnn && !course::baseline::cudnn_available()) {
         const std::string reason =
             "cuDNN is not available (built without it, or no cuDNN handle on this machine)";
@@ -320,7 +357,7 @@ inline void perf(Softmax softmax, std::size_t rows, std::size_t cols, Baseline b
             else
                 course::baseline::cudnn_softmax(d_in.data(), d_baseline.data(), r, c);
         },
-        {course::TimedOutput(d_out, tol)});
+        {course::TimedOutput(d_out, tol)}, {course::TimedInput(d_in)});
 
     // The timed output must be right too: all rows, and 32 of them element by element.
     const auto got = d_out.download();

@@ -2,6 +2,7 @@
 // dominant entry at each boundary position, inputs that overflow a naive exp and -inf entries;
 // then the bandwidth at 16384 x 4096 and 4096 x 50304 next to a device copy. No target: a thread
 // per row is the starting point the next exercises are measured from.
+// The contract's extremes: 2^20 rows, and last rows x cols just below 2^31.
 #include "softmax_checks.h"
 #include "softmax_naive.h"
 
@@ -17,6 +18,11 @@ TEST_F(SoftmaxNaive, EdgeColumns) {
 TEST_F(SoftmaxNaive, ManyRows) {
     auto rng = test_rng();
     softmax_checks::many_rows(softmax_naive, rng);
+}
+
+TEST_F(SoftmaxNaive, MostRows) {
+    auto rng = test_rng();
+    softmax_checks::most_rows(softmax_naive, rng);
 }
 
 TEST_F(SoftmaxNaive, DominantElementAtBoundaries) {
@@ -39,6 +45,12 @@ TEST_F(SoftmaxNaive, Bandwidth16384x4096) {
 TEST_F(SoftmaxNaive, Bandwidth4096x50304) {
     auto rng = test_rng();
     softmax_checks::perf(softmax_naive, 4096, 50304, softmax_checks::Baseline::copy, rng);
+}
+
+// The contract's largest: rows * cols just below 2^31 (a large case, last).
+TEST_F(SoftmaxNaive, Largest) {
+    auto rng = test_rng();
+    softmax_checks::largest(softmax_naive, rng);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // rows, scalar and float4 paths), many rows, one dominant entry at each boundary position, inputs
 // that overflow a naive exp and -inf entries, pointers that are not 16-byte aligned; then the
 // bandwidth at 16384 x 4096 and 4096 x 50304 next to a device copy, and next to cuDNN's softmax.
+// The contract's extremes: 2^20 rows, and last rows x cols just below 2^31.
 #include "softmax_checks.h"
 #include "softmax_online.h"
 
@@ -17,6 +18,11 @@ TEST_F(SoftmaxOnline, EdgeColumns) {
 TEST_F(SoftmaxOnline, ManyRows) {
     auto rng = test_rng();
     softmax_checks::many_rows(softmax_online, rng);
+}
+
+TEST_F(SoftmaxOnline, MostRows) {
+    auto rng = test_rng();
+    softmax_checks::most_rows(softmax_online, rng);
 }
 
 TEST_F(SoftmaxOnline, DominantElementAtBoundaries) {
@@ -50,6 +56,12 @@ TEST_F(SoftmaxOnline, Bandwidth4096x50304) {
 TEST_F(SoftmaxOnline, VersusCudnn4096x50304) {
     auto rng = test_rng();
     softmax_checks::perf(softmax_online, 4096, 50304, softmax_checks::Baseline::cudnn, rng);
+}
+
+// The contract's largest: rows * cols just below 2^31 (a large case, last).
+TEST_F(SoftmaxOnline, Largest) {
+    auto rng = test_rng();
+    softmax_checks::largest(softmax_online, rng);
 }
 
 }  // namespace

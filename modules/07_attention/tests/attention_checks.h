@@ -38,6 +38,7 @@ using course::as_bf16;
 using course::bf16_bits;
 using course::bf16_values;
 using course::from_bf16;
+using course::sign_flipped;
 using course::to_bf16;
 
 // ---- Inputs ----
@@ -233,6 +234,58 @@ inline std::size_t dropped_tile(const std::vector<float>& got_L,
     return 0;
 }
 
+// L_i over the keys a row sees plus `extra` keys whose scores are 0 (what a kernel computes when
+// the zeros its last tile holds past T are not masked).
+inline double lse_with_zero_scores(double L, std::size_t extra) {
+    return L + std::log1p(static_cast<double>(extra) * std::exp(-L));
+}
+
+// A tile size (16, 32, 64 or 128) whose padding past T the kernel seems to count as keys with
+// score 0: the checked wrong rows all have that L. 0 when none fits.
+inline std::size_t unmasked_padding_tile(const std::vector<float>& got_L,
+                                         const std::vector<std::size_t>& rows, const Forward& want,
+                                         const Case& c, const course::Tolerance& l_tol) {
+    for (std::size_t tile : {16, 32, 64, 128}) {
+        const std::size_t padding = (c.shape.T + tile - 1) / tile * tile - c.shape.T;
+        if (padding == 0) continue;
+        bool fits = true;
+        for (std::size_t r : rows)
+            fits = fits && l_tol.accepts(got_L[r], lse_with_zero_scores(want.L[r], padding));
+        if (fits) return tile;
+    }
+    return 0;
+}
+
+// Whether every checked wrong row of O is the right row times one factor above 1 (each row its
+// own): the sum o_i before its division by l_i.
+inline bool rows_scaled_up(const std::vector<float>& got_O, const Forward& want,
+                           const std::vector<std::size_t>& rows, std::size_t D,
+                           const course::Tolerance& o_tol) {
+    for (std::size_t r : rows) {
+        double cross = 0.0, squares = 0.0;
+        for (std::size_t d = 0; d < D; ++d) {
+            cross += got_O[r * D + d] * want.O[r * D + d];
+            squares += want.O[r * D + d] * want.O[r * D + d];
+        }
+        const double factor = squares > 0 ? cross / squares : 0.0;
+        if (!(factor > 1.01)) return false;
+        for (std::size_t d = 0; d < D; ++d)
+            if (!o_tol.accepts(got_O[r * D + d] / factor, want.O[r * D + d])) return false;
+    }
+    return true;
+}
+
+// Whether query 0 of a causal head looks like a mask off by one: it sees no key at all (L not
+// finite), or keys 0 and 1 (L of both).
+inline bool row_zero_mask_off_by_one(const std::vector<float>& got_L, std::size_t row,
+                                     const Case& c, const course::Tolerance& l_tol,
+                                     const Inputs* in) {
+    if (!std::isfinite(got_L[row])) return true;
+    Case unmasked = c;  // truncated_lse masks row 0 down to key 0 when causal
+    unmasked.causal = false;
+    return in && c.shape.T > 1 && l_tol.accepts(got_L[row], truncated_lse(*in, unmasked, row, 2));
+}
+
 // What a wrong forward output says about the kernel, in the order the planted bugs are most
 // easily told apart. `got_O`, `got_L` are what the exercise wrote (floats; bf16 converted);
 // `in` the inputs, where the case is small enough to recompute rows on the CPU (else nullptr).
@@ -244,29 +297,32 @@ inline std::string forward_diagnosis(const std::vector<float>& got_O,
     if (std::all_of(got_L.begin(), got_L.end(), [](float v) { return course::is_poison(v); }))
         return "L was never written: save each row's logsumexp, L_i = m_i + log(l_i) (the "
                "backward pass recomputes P from it)";
-    auto row_ok = [&](std::size_t r) {
-        if (!l_tol.accepts(got_L[r], want.L[r])) return false;
+    const auto L_ok = [&](std::size_t r) { return l_tol.accepts(got_L[r], want.L[r]); };
+    const auto O_ok = [&](std::size_t r) {
         for (std::size_t d = 0; d < D; ++d)
             if (!o_tol.accepts(got_O[r * D + d], want.O[r * D + d])) return false;
         return true;
     };
     if (c.causal) {
         for (std::size_t r = 0; r < rows; r += T)
-            if (!row_ok(r))
+            if (!(L_ok(r) && O_ok(r)) && row_zero_mask_off_by_one(got_L, r, c, l_tol, in))
                 return "row 0 of head " + std::to_string(r / T) +
-                       " is wrong: query 0 sees key 0 only (every other key is masked), so O_0 = "
-                       "v_0 and L_0 = s_00. Is the causal mask off by one? Key j is visible to "
-                       "query i when j <= i, its own position included.";
+                       " is wrong the way a mask off by one makes it: query 0 sees key 0 only "
+                       "(every other key is masked), so O_0 = v_0 and L_0 = s_00. Key j is "
+                       "visible to query i when j <= i, its own position included.";
     }
-    bool L_right = true, L_all_low = true, non_finite = false;
+    bool L_right = true, O_right = true, L_all_low = true, L_all_high = true, non_finite = false;
     std::vector<std::size_t> wrong_rows;
     std::size_t first_wrong_position = T;
     for (std::size_t r = 0; r < rows; ++r) {
-        if (row_ok(r)) continue;
+        const bool l_ok = L_ok(r), o_ok = O_ok(r);
+        if (l_ok && o_ok) continue;
         if (wrong_rows.size() < 8) wrong_rows.push_back(r);
         first_wrong_position = std::min(first_wrong_position, r % T);
-        if (!l_tol.accepts(got_L[r], want.L[r])) L_right = false;
+        L_right = L_right && l_ok;
+        O_right = O_right && o_ok;
         if (!(got_L[r] < want.L[r])) L_all_low = false;
+        if (!(got_L[r] > want.L[r])) L_all_high = false;
         if (!std::isfinite(got_L[r])) non_finite = true;
         for (std::size_t d = 0; d < D; ++d)
             if (!std::isfinite(got_O[r * D + d]) && !course::is_poison(got_O[r * D + d]))
@@ -281,15 +337,34 @@ inline std::string forward_diagnosis(const std::vector<float>& got_O,
                    " is not a multiple of the tile size; round the number of K/V tiles up and "
                    "mask the keys past T)?";
     }
+    if (const std::size_t tile = unmasked_padding_tile(got_L, wrong_rows, want, c, l_tol))
+        return "L counts " + std::to_string((T + tile - 1) / tile * tile - T) +
+               " keys too many, each with score 0: the zeros the last K/V tile holds past T = " +
+               std::to_string(T) +
+               " take part in the softmax. Mask the keys past T (score -inf) as the causal ones";
+    if (L_right && rows_scaled_up(got_O, want, wrong_rows, D, o_tol))
+        return "L is right in every row, and each wrong row of O is the right one times a factor "
+               "above 1: O is the running sum o, not divided by l at the end (O_i = o_i / l_i)";
     if (L_right)
         return "L is right in every row but O is not: the running output o must be rescaled by "
                "exp(m_old - m_new) whenever a K/V tile raises the row maximum, as the running "
                "sum l is";
+    if (O_right)
+        return "O is right in every row but L is not: L_i = m_i + log(l_i), the largest scaled "
+               "score of the row (scale applied) plus the log of the sum of exp(s - m_i)";
+    if (non_finite && c.boost == 1.0f)
+        return "O or L holds inf or NaN, and no score of this case is large enough to overflow "
+               "exp: a value read from shared memory before it landed (is there a "
+               "__syncthreads() after the copies' wait, cp.async.wait_group or the loads? a "
+               "thread's wait covers its own copies only), or a row that sees no key";
     if (non_finite)
         return "O or L holds inf or NaN: exp overflowed, or a sum is 0. Is the row maximum "
                "subtracted before exp (scores here reach " +
                std::to_string(static_cast<int>(c.largest_score() / 4)) +
                " and more), and does every row see at least one key?";
+    if (L_all_high)
+        return "L is too large in every wrong row: terms that do not belong were added to the "
+               "sums (keys past T or above the diagonal not masked, a tile counted twice?)";
     return std::string(c.causal && first_wrong_position >= 8
                            ? "rows with few keys are right, rows that see more K/V tiles are wrong"
                        : L_all_low
@@ -383,6 +458,15 @@ void long_sequence(const ForwardRun<Elem>& run, course::Rng& rng) {
             check_forward<Elem>(run, Case{{2, 2, kLongLength, D}, causal}, rng);
 }
 
+// The contract's most heads, 5 x 13107 = 65535 (a grid of one block column per head along y just
+// fits), each short: T = 3.
+template <class Elem>
+void most_heads(const ForwardRun<Elem>& run, course::Rng& rng) {
+    COURSE_SKIP_ON_EMULATOR("65535 heads");
+    for (bool causal : {false, true})
+        check_forward<Elem>(run, Case{{5, 13107, 3, 64}, causal}, rng);
+}
+
 // Then scores large enough that exp overflows without the row maximum.
 
 template <class Elem>
@@ -422,33 +506,52 @@ void check_timed_forward(const course::DeviceBuffer<Elem>& O, const course::Devi
     EXPECT_TRUE(course::expect_close(got_O, want.O, o_tol, options));
 }
 
-// The T at which one head's T x T float scores would not fit in this GPU's memory, rounded up
-// to a multiple of 1024.
-inline std::size_t t_beyond_memory() {
+// The T at which one head's T x T scores, `element_bytes` each (4: float; 2: bf16, the smallest
+// a kernel could keep them in), would not fit in this GPU's memory, rounded up to a multiple of
+// 1024.
+inline std::size_t t_beyond_memory(std::size_t element_bytes) {
     const double bytes = static_cast<double>(course::gpu().global_memory_bytes);
-    const auto T = static_cast<std::size_t>(std::sqrt(bytes / sizeof(float))) + 1;
+    const auto T = static_cast<std::size_t>(std::sqrt(bytes / element_bytes)) + 1;
     return (T + 1023) / 1024 * 1024;
 }
 
-// One head whose scores would not fit in memory: the flash kernels must still run, and sampled
-// rows must match the CPU reference.
-inline void no_scores_buffer(const ForwardRun<float>& run, bool causal, course::Rng& rng) {
-    const std::size_t T = t_beyond_memory();
-    const Case c{{1, 1, T, 64}, causal};
-    SCOPED_TRACE(c.describe() + ": a T x T float buffer would need " +
-                 std::to_string(static_cast<double>(T) * T * 4 / 1e9) +
-                 " GB, more than this GPU has");
-    const Inputs in = make_inputs(c, false, rng);
-    course::DeviceBuffer<float> Q("Q", in.Q), K("K", in.K), V("V", in.V),
-        O("O", c.shape.elements()), L("L", c.shape.rows());
-    run(Q, K, V, O, L, c);
-    const auto got_O = O.download();
-    const auto got_L = L.download();
+// The case of one head whose T x T scores would not fit in memory, even in bf16 for the bf16
+// exercises, and its description.
+inline Case no_scores_case(bool bf16, bool causal) {
+    return Case{{1, 1, t_beyond_memory(bf16 ? 2 : 4), 64}, causal};
+}
+inline std::string no_scores_note(const Case& c, bool bf16) {
+    const double T = static_cast<double>(c.shape.T);
+    return c.describe() + ": a T x T " + (bf16 ? "bf16" : "float") + " buffer would need " +
+           std::to_string(T * T * (bf16 ? 2 : 4) / 1e9) + " GB, more than this GPU has";
+}
+
+// Rows to check of a case too long for a full reference: the first two, the last, and 6 random.
+inline std::vector<std::size_t> sampled_rows(std::size_t T, course::Rng& rng) {
     std::vector<std::size_t> rows{0, 1, T - 1};
     for (int k = 0; k < 6; ++k)
         rows.push_back(
             static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(T) - 1)));
-    const auto o_tol = output_tolerance(c, false), l_tol = lse_tolerance(c);
+    return rows;
+}
+
+// One head whose scores would not fit in memory: the flash kernels must still run, and sampled
+// rows must match the CPU reference.
+template <class Elem>
+void no_scores_buffer(const ForwardRun<Elem>& run, bool causal, course::Rng& rng) {
+    constexpr bool bf16 = !std::is_same_v<Elem, float>;
+    const Case c = no_scores_case(bf16, causal);
+    const std::size_t T = c.shape.T;
+    SCOPED_TRACE(no_scores_note(c, bf16));
+    const Inputs in = make_inputs(c, bf16, rng);
+    course::DeviceBuffer<Elem> Q("Q", device_values<Elem>(in.Q)), K("K", device_values<Elem>(in.K)),
+        V("V", device_values<Elem>(in.V)), O("O", c.shape.elements());
+    course::DeviceBuffer<float> L("L", c.shape.rows());
+    course::with_note_on_cuda_error(no_scores_note(c, bf16), [&] { run(Q, K, V, O, L, c); });
+    const auto got_O = host_values<Elem>(O.download());
+    const auto got_L = L.download();
+    const auto rows = sampled_rows(T, rng);
+    const auto o_tol = output_tolerance(c, bf16), l_tol = lse_tolerance(c);
     for (std::size_t row : rows) {
         const auto want = course::reference::attention_forward_row(in.Q, in.K, in.V, c.shape,
                                                                    c.scale(), causal, row);
@@ -532,11 +635,12 @@ template <class Elem>
 using Baselines = std::vector<std::pair<std::string, BaselineRun<Elem>>>;
 
 // Times the exercise against the first of `baselines` that runs here (both on the same inputs,
-// samples interleaved), checks that every timed call computed O and L, then the timed output
-// against the GPU reference, and records the FLOP rate.
+// samples interleaved; Q's signs flipped on the exercise's calls at random), checks that every
+// timed call computed O and L, then the timed output against the GPU reference, and records the
+// FLOP rate.
 template <class Elem>
-void time_forward(const ForwardRun<Elem>& run, const Baselines<Elem>& baselines, const Case& c,
-                  course::Rng& rng) {
+course::PairTiming time_forward(const ForwardRun<Elem>& run, const Baselines<Elem>& baselines,
+                                const Case& c, course::Rng& rng) {
     SCOPED_TRACE(c.describe());
     constexpr bool bf16 = !std::is_same_v<Elem, float>;
     const std::size_t n = c.shape.elements(), rows = c.shape.rows();
@@ -551,15 +655,18 @@ void time_forward(const ForwardRun<Elem>& run, const Baselines<Elem>& baselines,
     const BaselineCall& baseline = first_that_runs(calls);
     const auto timing = course::time_against([&] { run(Q, K, V, O, L, c); }, baseline.run,
                                              {course::TimedOutput(O, output_tolerance(c, bf16)),
-                                              course::TimedOutput(L, lse_tolerance(c))});
+                                              course::TimedOutput(L, lse_tolerance(c))},
+                                             {sign_flipped(Q)});
     check_timed_forward(O, L, in, c);
     course::record_flops(
         perf_label(c), timing, forward_flops(c), baseline.name, forward_flops(c),
         bf16 ? course::FlopUnits::bf16_tensor_cores : course::FlopUnits::fp32_cuda_cores);
+    return timing;
 }
 
 // Device memory a timed forward case needs besides the baselines' scratch: inputs, two outputs
-// and the harness's copies, the GPU reference's float copies, and the L2 flush buffer.
+// and the harness's copies (two of each), the GPU reference's float copies, and the L2 flush
+// buffer.
 inline std::size_t timed_forward_bytes(const Case& c) {
     return 16 * c.shape.elements() * sizeof(float) + (512u << 20);
 }

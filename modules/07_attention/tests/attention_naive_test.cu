@@ -45,6 +45,11 @@ TEST_F(AttentionNaive, LargeScores) {
     large_scores<float>(kNaive, rng);
 }
 
+TEST_F(AttentionNaive, MostHeads) {
+    auto rng = test_rng();
+    most_heads<float>(kNaive, rng);
+}
+
 TEST_F(AttentionNaive, Rate) {
     auto rng = test_rng();
     const Case c = timed_case(64, false);

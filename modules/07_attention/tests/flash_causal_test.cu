@@ -3,9 +3,9 @@
 // reference of common/ at T = 4096); scores in the hundreds (exp overflows without the row
 // maximum); each case run twice (the same bits both times); one head long enough that its T x T
 // scores would not fit in this GPU's memory. Then the FLOP rate at B 4, H 16, T 4096 next to
-// cuBLAS's materialized attention in float32, causal (FLOPs counted for the visible half),
-// and the causal run next to the same kernel's non-causal run: skipping the masked tiles makes it
-// cost about half.
+// cuBLAS's materialized attention in float32, causal (FLOPs counted for the visible half), and the
+// causal run next to the same kernel's non-causal run: skipping the masked tiles makes it cost
+// about half.
 #include "attention_checks.h"
 #include "flash_causal.h"
 
@@ -33,11 +33,16 @@ TEST_F(FlashCausal, LargeScores) {
     large_scores<float>(kFlash, rng);
 }
 
+TEST_F(FlashCausal, MostHeads) {
+    auto rng = test_rng();
+    most_heads<float>(kFlash, rng);
+}
+
 TEST_F(FlashCausal, NoScoresBuffer) {
     ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 146k");
     COURSE_SKIP_ON_EMULATOR("one head whose T x T scores would not fit in memory");
     auto rng = test_rng();
-    no_scores_buffer(kFlash, true, rng);
+    no_scores_buffer<float>(kFlash, true, rng);
 }
 
 TEST_F(FlashCausal, RateD64) {
@@ -51,8 +56,12 @@ TEST_F(FlashCausal, RateD128) {
 }
 
 // The causal run against the same kernel's non-causal run, in the same process: with the masked
-// tiles skipped it does half the work, so it must take clearly less than the non-causal time
-// (at most 65% of it; about 50% is the aim). Reported with the non-causal run as its baseline.
+// tiles skipped it does half the work, so it takes clearly less than the non-causal time (at most
+// 65% of it; about 50% is the aim), whatever the kernel's efficiency. Judged against cuBLAS's causal
+// attention instead, the readable solution took 70% of its time on an H100 (its non-causal rate is
+// 81% of cuBLAS's): a bound there would fail a correct but slower skipping kernel with this message.
+// A non-causal path slowed on purpose would flatter this ratio; the D 64 rate above against cuBLAS
+// shows that in the table.
 TEST_F(FlashCausal, SkipsMaskedTiles) {
     auto rng = test_rng();
     const Case causal = timed_case(64, true), full = timed_case(64, false);
@@ -64,7 +73,8 @@ TEST_F(FlashCausal, SkipsMaskedTiles) {
     const auto timing = course::time_against(
         [&] { kFlash(Q, K, V, O, L, causal); }, [&] { kFlash(Q, K, V, O_full, L_full, full); },
         {course::TimedOutput(O, output_tolerance(causal, false)),
-         course::TimedOutput(L, lse_tolerance(causal))});
+         course::TimedOutput(L, lse_tolerance(causal))},
+        {sign_flipped(Q)});
     check_timed_forward(O, L, in, causal);
     // Both rates count the same FLOPs, those of the causal half: their ratio is the speed-up.
     course::record_flops(perf_label(causal) + " vs not causal", timing, forward_flops(causal),

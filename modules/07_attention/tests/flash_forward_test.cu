@@ -31,11 +31,16 @@ TEST_F(FlashForward, LargeScores) {
     large_scores<float>(kFlash, rng);
 }
 
+TEST_F(FlashForward, MostHeads) {
+    auto rng = test_rng();
+    most_heads<float>(kFlash, rng);
+}
+
 TEST_F(FlashForward, NoScoresBuffer) {
     ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 146k");
     COURSE_SKIP_ON_EMULATOR("one head whose T x T scores would not fit in memory");
     auto rng = test_rng();
-    no_scores_buffer(kFlash, false, rng);
+    no_scores_buffer<float>(kFlash, false, rng);
 }
 
 TEST_F(FlashForward, RateD64) {

@@ -3,7 +3,8 @@
 // and not, B and H not 1, against the double CPU reference (the float32 GPU reference of common/
 // at T = 4096); scores in the hundreds (exp overflows without the row maximum); each case run
 // twice (the same bits both times: a missing barrier before a K/V buffer is overwritten shows as
-// a race). Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
+// a race); one head long enough that its T x T scores would not fit in this GPU's memory, even in
+// bf16. Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
 // cuDNN's fused attention (else cuBLAS's materialized bf16 attention), timed in the same run.
 // Skips where this build's device code has no bf16 tensor cores (below sm_80).
 #include "attention_checks.h"
@@ -56,6 +57,21 @@ TEST_F(FlashTc, LongSequence) {
 TEST_F(FlashTc, LargeScores) {
     auto rng = test_rng();
     large_scores<std::uint16_t>(kFlashTc, rng);
+}
+
+TEST_F(FlashTc, MostHeads) {
+    auto rng = test_rng();
+    most_heads<std::uint16_t>(kFlashTc, rng);
+}
+
+// One head whose T x T scores would not fit in this GPU's memory even in bf16 (T about 200000 on
+// an 80 GB GPU): a kernel that keeps them in a scratch buffer cannot allocate it. Causal, for
+// half the work.
+TEST_F(FlashTc, NoScoresBuffer) {
+    ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 200k");
+    COURSE_SKIP_ON_EMULATOR("one head whose T x T scores would not fit in memory");
+    auto rng = test_rng();
+    no_scores_buffer<std::uint16_t>(kFlashTc, true, rng);
 }
 
 void rate(std::size_t D, bool causal, course::Rng& rng) {

@@ -293,11 +293,12 @@ TEST_F(AdamW, StepsDecayAndClipping) {
 
 // ---- Bandwidth ----
 
-// The state is updated in place, so the harness cannot poison it between the timed calls; the
-// calls are counted instead, and the state after all of them is compared with as many steps
-// replayed on the host, for a sample of the parameters (the tolerance carried through every
-// step: adamw_step). One skipped call leaves the master weights a whole step (lr * |m_hat /
-// sqrt(v_hat)|, about 1e-3 here) away, far outside it.
+// The state is updated in place, so the harness cannot poison it between the timed calls, and
+// every call starts from the state the one before it left (a result kept from an earlier call is
+// wrong without a second input set). The calls are counted instead, and the state after all of
+// them is compared with as many steps replayed on the host, for a sample of the parameters (the
+// tolerance carried through every step: adamw_step). One skipped call leaves the master weights a
+// whole step (lr * |m_hat / sqrt(v_hat)|, about 1e-3 here) away, far outside it.
 template <class Act>
 void time_step(Working w, const std::string& label) {
     const std::size_t n = std::size_t{1} << 26;  // 256 MiB per float array

@@ -347,8 +347,9 @@ void time_forward(const std::string& label) {
     using Bits = typename Activations<Act>::Bits;
     const Shape s{64, 1024, 768, 50257};
     const std::size_t rows = std::size_t(s.B) * s.T, C = s.C, n = rows * C;
-    // out, the copy's destination, the harness's copy of out, wte, wpe, tokens, and the flush.
-    COURSE_REQUIRE_MEMORY((3 * n + std::size_t(s.V + s.T) * C) * sizeof(Act) + 4 * rows +
+    // out, the copy's destination, the harness's two copies of out (one per input set), wte,
+    // wpe, tokens, and the flush.
+    COURSE_REQUIRE_MEMORY((4 * n + std::size_t(s.V + s.T) * C) * sizeof(Act) + 4 * rows +
                           (256u << 20));
     auto rng = course::rng_for(label);
     const auto tokens = make_tokens(s, Tokens::kUniform, rng);
@@ -358,13 +359,14 @@ void time_forward(const std::string& label) {
     View<Act> d_wte("wte", wte, 0), d_wpe("wpe", wpe, 0), out("out", n, 0);
     course::DeviceBuffer<Bits> copy("copy", n);
 
+    // The second input set: wte with every sign flipped, which changes every element of out.
     const auto timing = course::time_against(
         [&] {
             embedding_forward(out.data(), d_tokens.data(), d_wte.data(), d_wpe.data(), s.B, s.T,
                               s.C);
         },
         [&] { course::baseline::device_copy(copy.data(), out.buffer().data(), n * sizeof(Act)); },
-        {course::TimedOutput(out.buffer())});
+        {course::TimedOutput(out.buffer())}, {course::sign_flipped(d_wte.buffer())});
 
     std::vector<float> want(n);
     for (std::size_t r = 0; r < rows; ++r)

@@ -220,8 +220,9 @@ template <class Act>
 void time_forward(const std::string& label) {
     using Bits = typename Activations<Act>::Bits;
     const std::size_t n = (std::size_t{256} << 20) / sizeof(Act);
-    // inp, out, the copy's destination and the harness's copy of out, plus the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(4 * n * sizeof(Act) + (256u << 20));
+    // inp, out, the copy's destination and the harness's two copies of out (one per input set),
+    // plus the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(5 * n * sizeof(Act) + (256u << 20));
     auto rng = course::rng_for(label);
     const auto x = random_activations<Act>(n, -5.0f, 5.0f, rng);
     View<Act> inp("inp", x, 0), out("out", n, 0);
@@ -231,7 +232,7 @@ void time_forward(const std::string& label) {
     const auto timing = course::time_against(
         [&] { gelu_forward(out.data(), inp.data(), static_cast<long long>(n)); },
         [&] { course::baseline::device_copy(copy.data(), inp.buffer().data(), n * sizeof(Act)); },
-        {course::TimedOutput(out.buffer(), tol)});
+        {course::TimedOutput(out.buffer(), tol)}, {course::sign_flipped(inp.buffer())});
 
     std::vector<double> want(n);
     for (std::size_t i = 0; i < n; ++i) want[i] = gelu(x[i]);
@@ -247,8 +248,9 @@ template <class Act>
 void time_backward(const std::string& label) {
     using Bits = typename Activations<Act>::Bits;
     const std::size_t n = (std::size_t{256} << 20) / sizeof(Act);
-    // inp, dout, dinp, the copy's destination and the harness's copy of dinp, and the flush.
-    COURSE_REQUIRE_MEMORY(5 * n * sizeof(Act) + (256u << 20));
+    // inp, dout, dinp, the copy's destination and the harness's two copies of dinp, and the
+    // flush.
+    COURSE_REQUIRE_MEMORY(6 * n * sizeof(Act) + (256u << 20));
     auto rng = course::rng_for(label);
     const auto x = random_activations<Act>(n, -5.0f, 5.0f, rng);
     const auto g = random_activations<Act>(n, -1.0f, 1.0f, rng);
@@ -257,11 +259,11 @@ void time_backward(const std::string& label) {
     const auto tol = backward_tolerance<Act>(-5.0f, 5.0f);
 
     // Out of place, so that every timed call's dinp can be poisoned and checked (the trainer's
-    // call in place moves the same bytes).
+    // call in place moves the same bytes). dout's signs flipped negate dinp.
     const auto timing = course::time_against(
         [&] { gelu_backward(dinp.data(), inp.data(), dout.data(), static_cast<long long>(n)); },
         [&] { course::baseline::device_copy(copy.data(), inp.buffer().data(), n * sizeof(Act)); },
-        {course::TimedOutput(dinp.buffer(), tol)});
+        {course::TimedOutput(dinp.buffer(), tol)}, {course::sign_flipped(dout.buffer())});
 
     std::vector<double> want(n);
     for (std::size_t i = 0; i < n; ++i) want[i] = g[i] * gelu_derivative(x[i]);

@@ -228,9 +228,11 @@ std::string shapes_diagnosis(const std::vector<Shape>& wrong, const std::vector<
 
 // Whole k-steps and tails in every dimension; each shape once with GELU' and the bias, once
 // without (alternating which). A GEMM that reads a whole k-tile past K reads up to 31 rows past
-// the end of an operand: the tails are kept where that stays inside the harness's 64 KiB redzone
-// (31 rows of at most 528 floats), whose NaN then shows in the output, and GPT-2's 768 columns
-// come with whole k-steps.
+// the end of an operand: on a GPU the load faults (the inputs end where unmapped memory begins)
+// and the harness names the operand. Where the inputs end in redzones instead (the CPU emulator,
+// a GPU without virtual memory management), the tails are kept where the read stays inside the
+// 64 KiB redzone (31 rows of at most 528 floats), whose NaN then shows in the output and
+// shapes_diagnosis names the k-tiles; GPT-2's 768 columns come with whole k-steps.
 const Shape kShapes[] = {
     {1, 1, 1, true, true},       {7, 5, 3, false, true},      {64, 64, 64, true, false},
     {33, 37, 31, true, true},    {96, 160, 128, false, true}, {100, 65, 129, false, false},
@@ -282,8 +284,8 @@ TEST_F(LinearBackward, SameBitsEveryCall) {
 void time_shape(const Shape& s, const std::string& label) {
     const std::size_t rows = s.rows, C = s.C, OC = s.OC;
     // Inputs (dout and its transpose, inp, gelu_input, weight), the learner's outputs, cuBLAS's,
-    // the harness's copy of dinp, and the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY((2 * rows * OC + 2 * rows * C + OC * C + 3 * rows * C + 2 * OC * C + OC) *
+    // the harness's two copies of dinp (one per input set), and the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY((2 * rows * OC + 2 * rows * C + OC * C + 4 * rows * C + 2 * OC * C + OC) *
                               sizeof(float) +
                           (256u << 20));
     auto rng = course::rng_for(label);
@@ -303,9 +305,10 @@ void time_shape(const Shape& s, const std::string& label) {
         dweight_rows.push_back(static_cast<int>(rng.uniform_int(0, s.OC - 1)));
     }
     // dinp is written by every call: the harness poisons and checks it each time, against the
-    // first call's (the tolerance of the sampled rows is far wider than needed: the kernel is
-    // deterministic). dweight and dbias accumulate: checked after all calls, against the calls'
-    // count times the product.
+    // warm-up's of the same input set (the tolerance of the sampled rows is far wider than
+    // needed: the kernel is deterministic). The second input set is weight with every sign
+    // flipped, which negates dinp and leaves dweight and dbias alone: they accumulate, and are
+    // checked after all calls against the calls' count times the product.
     const Expected one = expected(s, in, dinp_rows, {});
     int calls = 0;
     const auto timing = course::time_against(
@@ -319,7 +322,7 @@ void time_shape(const Shape& s, const std::string& label) {
             course::baseline::cublas_sgemm(s.OC, s.C, s.rows, d_dout_t.data(), d.inp.data(),
                                            cublas_dweight.data());
         },
-        {course::TimedOutput(out.dinp, tolerances(s, one).dinp)});
+        {course::TimedOutput(out.dinp, tolerances(s, one).dinp)}, {course::TimedInput(d.weight)});
 
     SCOPED_TRACE("the state after the " + std::to_string(calls) + " calls of " + label);
     const Expected want = expected(s, in, dinp_rows, dweight_rows, calls);

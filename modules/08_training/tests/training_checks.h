@@ -72,17 +72,19 @@ inline std::optional<std::string> bf16_skip_reason() {
 // ---- Views that start `offset` elements into their buffer ----
 
 // A device view of n activations of type Act, `offset` elements past the start of its buffer (a
-// 16-byte boundary: cudaMalloc gives 256), so that offset 1 starts it 4 or 2 bytes past one, as
-// a view into a larger tensor may. The elements before it belong to someone else: an output's
-// must keep their poison.
+// 16-byte boundary), so that offset 1 starts it 4 or 2 bytes past one, as a view into a larger
+// tensor may. The elements before it belong to someone else: an output's must keep their poison.
+// An output's buffer is fenced by redzones; an input's (made from values) ends where unmapped
+// memory begins (course::Placement), so that a load past the view's end faults.
 template <class Act>
 class View {
   public:
     using Bits = typename Activations<Act>::Bits;
-    View(const std::string& name, std::size_t n, std::size_t offset)
-        : buffer_(name, offset + n), offset_(offset), n_(n) {}
+    View(const std::string& name, std::size_t n, std::size_t offset,
+         course::Placement placement = course::Placement::fenced)
+        : buffer_(name, offset + n, placement), offset_(offset), n_(n) {}
     View(const std::string& name, const std::vector<float>& values, std::size_t offset)
-        : View(name, values.size(), offset) {
+        : View(name, values.size(), offset, course::Placement::end_guarded) {
         std::vector<float> all(offset, 0.0f);
         all.insert(all.end(), values.begin(), values.end());
         buffer_.upload(Activations<Act>::store(all));

@@ -516,7 +516,8 @@ TEST_F(DataParallelStep, OverlapAgainstAllReduceAfterBackward) {
             CUDA_CHECK(cudaEventSynchronize(r.stop));
             float ms = 0;
             CUDA_CHECK(cudaEventElapsedTime(&ms, r.start, r.stop));
-            // Every timed step checked: its sums are new at every step.
+            // Every timed step checked. Its gradients are new at every step (their seeds name
+            // the step), so a sum kept from an earlier step is wrong: no second input set needed.
             StepSeeds seeds{};
             for (int k = 0; k < ranks.size(); ++k) seeds.seed[k] = gradient_seed(k, step);
             CUDA_CHECK(cudaMemsetAsync(r.wrong->data(), 0, sizeof(unsigned long long), r.compute));

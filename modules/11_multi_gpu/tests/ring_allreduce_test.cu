@@ -3,7 +3,8 @@
 // elements than GPUs, primes), on 2 GPUs and on all of them, GPU 1 slow to produce its input (a
 // step that does not wait for its neighbour shows every time); float sums within a tolerance
 // derived from the number of GPUs; then the bus bandwidth at 256 MB against ncclAllReduce on the
-// same buffers, every timed call of both checked on the device. Needs 2 GPUs (min_gpus).
+// same buffers, every timed call of both checked on the device, the learner's calls on two input
+// sets drawn at random (a sum kept from an earlier call is wrong). Needs 2 GPUs (min_gpus).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -323,6 +324,19 @@ unsigned long long count_differences(const int* got, const int* want, std::size_
     return counter.download()[0];
 }
 
+// values[i] = -values[i]: the second input set of the timed case, and its sums.
+__global__ void negate_kernel(int* values, std::size_t n) {
+    const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += stride)
+        values[i] = -values[i];
+}
+
+void negate(int* values, std::size_t n) {
+    negate_kernel<<<1024, 256>>>(values, n);
+    CUDA_CHECK_LAUNCH();
+}
+
 constexpr int kWarmup = 2;
 constexpr int kSamples = 25;
 
@@ -356,6 +370,21 @@ TEST_F(RingAllreduce, BusBandwidth256MB) {
         expected.push_back(std::make_unique<course::DeviceBuffer<int>>("expected", want));
         counters.push_back(std::make_unique<course::DeviceBuffer<unsigned long long>>("count", 1));
     }
+    // The input sets the learner's calls alternate between, at random, as course::TimedInput's do
+    // on one GPU: the inputs as made (set 0, also NCCL's), and every one negated with its sum
+    // (set 1). A launcher that returns a sum it kept from an earlier call is then wrong on about
+    // half the calls. `choose` switches both, outside the timed region.
+    int current_set = 0;
+    const auto choose = [&](int set) {
+        if (set == current_set) return;
+        for (int g = 0; g < gpus; ++g) {
+            OnGpu on(g);
+            negate(pristine[g]->data(), count);
+            negate(expected[g]->data(), count);
+        }
+        current_set = set;
+    };
+    auto set_choice = course::rng_for("ring_allreduce input sets");
     // Outside the timed region: the inputs back in every buffer (an in-place all-reduce consumes
     // them), and after the call every buffer compared with the sum on its own GPU.
     const auto reset = [&] {
@@ -372,11 +401,13 @@ TEST_F(RingAllreduce, BusBandwidth256MB) {
             const auto wrong = count_differences(ring.buffer_pointers[g], expected[g]->data(),
                                                  count, *counters[g]);
             if (wrong)
-                throw std::runtime_error("the timed call #" + std::to_string(call) + " of " + who +
-                                         " left " + std::to_string(wrong) +
-                                         " wrong elements in "
-                                         "buffers[" +
-                                         std::to_string(g) + "]");
+                throw std::runtime_error(
+                    "the timed call #" + std::to_string(call) + " of " + who + " left " +
+                    std::to_string(wrong) + " wrong elements in buffers[" + std::to_string(g) +
+                    "], on " +
+                    (current_set == 0 ? "the first" : "the second (every input negated)") +
+                    " of the two input sets the timed calls alternate between at random. Does "
+                    "the launcher skip work, or return a sum it kept from an earlier call?");
         }
     };
     std::vector<void*> untyped(ring.buffer_pointers.begin(), ring.buffer_pointers.end());
@@ -391,12 +422,17 @@ TEST_F(RingAllreduce, BusBandwidth256MB) {
     };
     MultiGpuTimer timer(gpus);
     std::vector<double> learner_ms, nccl_ms;
+    int varied_calls = 0;
     // Interleaved, so that both see the same clocks; the first calls (events, NCCL's
-    // communicators, peer mappings) are warm-up.
+    // communicators, peer mappings) are warm-up, the second of them on the second input set.
     for (int call = 0; call < kWarmup + kSamples; ++call) {
+        const int set = call < kWarmup ? call % 2 : static_cast<int>(set_choice.next_u64() >> 63);
+        varied_calls += set;
+        choose(set);
         reset();
         const double learner_time = timer.time_ms(learner, streams);
         verify("ring_allreduce", call);
+        choose(0);
         reset();
         const double nccl_time = timer.time_ms(nccl, nullptr);
         verify("ncclAllReduce", call);
@@ -408,6 +444,7 @@ TEST_F(RingAllreduce, BusBandwidth256MB) {
     timing.learner = course::summarize(learner_ms);
     timing.baseline = course::summarize(nccl_ms);
     timing.checked_calls = kWarmup + kSamples;
+    timing.varied_calls = varied_calls;
     // Bus bandwidth, as NCCL's tests define it: the buffer's bytes over the time, times
     // 2 (gpus - 1) / gpus, the share of the buffer each GPU must send (and receive) in any
     // all-reduce. It reads as a link's speed whatever the number of GPUs.

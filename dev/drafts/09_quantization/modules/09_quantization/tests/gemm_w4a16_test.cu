@@ -182,7 +182,7 @@ TEST_F(GemmW4a16, Shapes) {
 // tensor cores' bf16 peak.
 void time_against_cublas(std::size_t M, std::size_t N, std::size_t K, course::Rng rng) {
     COURSE_SKIP_ON_EMULATOR("a timed case");
-    COURSE_REQUIRE_MEMORY(3 * N * K + 12 * M * N + (256u << 20));
+    COURSE_REQUIRE_MEMORY(3 * N * K + 16 * M * N + (256u << 20));
     const std::string label = quant::shape_label(M, N, K);
     SCOPED_TRACE(label + ", against cuBLAS bf16");
     const gemv::TimedProblem p = gemv::timed_problem(gemv::Format::int4, M, N, K, rng);
@@ -192,6 +192,7 @@ void time_against_cublas(std::size_t M, std::size_t N, std::size_t K, course::Rn
         d_y_cublas("cuBLAS's y", M * N);
     const auto tol = tolerance(K, gemv::rms_product(p.x.values, p.w.values, M, N, K));
 
+    // The second input set: x with every sign flipped (bf16's bit 15), which negates y.
     const auto timing = course::time_against(
         [&] {
             gemm_w4a16(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
@@ -202,7 +203,7 @@ void time_against_cublas(std::size_t M, std::size_t N, std::size_t K, course::Rn
                                                static_cast<int>(K), d_x.data(), d_W_bf16.data(),
                                                d_y_cublas.data());
         },
-        {course::TimedOutput(d_y, tol)});
+        {course::TimedOutput(d_y, tol)}, {course::TimedInput(d_x, std::uint16_t{0x8000})});
     const auto rows = gemv::sampled_rows(N, rng);
     gemv::check_rows(d_y.download(), p.x.values, p.w.values, M, N, K, rows, tol, "y");
     gemv::check_rows(d_y_cublas.download(), p.x.values, p.w_bf16.values, M, N, K, rows,
@@ -221,7 +222,7 @@ TEST_F(GemmW4a16, AgainstCublas64Tokens) { time_against_cublas(64, 8192, 8192, t
 TEST_F(GemmW4a16, Bandwidth16Tokens) {
     COURSE_SKIP_ON_EMULATOR("a timed case");
     const std::size_t M = 16, N = 8192, K = 8192;
-    COURSE_REQUIRE_MEMORY(N * K + 8 * M * N + (256u << 20));
+    COURSE_REQUIRE_MEMORY(N * K + 12 * M * N + (256u << 20));
     const std::string label = quant::shape_label(M, N, K);
     SCOPED_TRACE(label);
     auto rng = test_rng();
@@ -237,7 +238,7 @@ TEST_F(GemmW4a16, Bandwidth16Tokens) {
                        quant::as_bf16(d_x), d_tiled.data(), d_scales.data(), d_y.data());
         },
         [&] { course::baseline::device_copy(d_copy.data(), d_tiled.data(), tiled.size()); },
-        {course::TimedOutput(d_y, tol)});
+        {course::TimedOutput(d_y, tol)}, {course::TimedInput(d_x, std::uint16_t{0x8000})});
     gemv::check_rows(d_y.download(), p.x.values, p.w.values, M, N, K, gemv::sampled_rows(N, rng),
                      tol, "y");
     const double bytes = p.w.bytes_moved() + 2.0 * M * K + 4.0 * M * N;

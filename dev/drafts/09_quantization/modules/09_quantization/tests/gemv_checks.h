@@ -285,8 +285,9 @@ inline std::vector<std::size_t> sampled_rows(std::size_t N, course::Rng& rng) {
 inline void time_against_copy(const Launcher& run, Format format, std::size_t M, std::size_t N,
                               std::size_t K, course::Rng rng) {
     COURSE_SKIP_ON_EMULATOR("a timed case");
-    // W and the copy's destination, y and the harness's copy of it, the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(2 * N * K + 8 * M * N + (256u << 20));
+    // W and the copy's destination, y and the harness's two copies of it (one per input set),
+    // the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(2 * N * K + 12 * M * N + (256u << 20));
     const std::string label = quant::shape_label(M, N, K);
     SCOPED_TRACE(label);
     const TimedProblem p = timed_problem(format, M, N, K, rng);
@@ -295,13 +296,14 @@ inline void time_against_copy(const Launcher& run, Format format, std::size_t M,
     course::DeviceBuffer<float> d_scales("scales", p.w.scales), d_y("y", M * N);
     const auto tol = tolerance(K, rms_product(p.x.values, p.w.values, M, N, K));
 
+    // The second input set: x with every sign flipped (bf16's bit 15), which negates y.
     const auto timing = course::time_against(
         [&] {
             run(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), quant::as_bf16(d_x),
                 d_W.data(), d_scales.data(), d_y.data());
         },
         [&] { course::baseline::device_copy(d_copy.data(), d_W.data(), p.w.bytes.size()); },
-        {course::TimedOutput(d_y, tol)});
+        {course::TimedOutput(d_y, tol)}, {course::TimedInput(d_x, std::uint16_t{0x8000})});
     check_rows(d_y.download(), p.x.values, p.w.values, M, N, K, sampled_rows(N, rng), tol, "y");
     // W and its scales once, each token's x (2 bytes a value) and y (4); the copy reads and
     // writes W.
@@ -315,7 +317,7 @@ inline void time_against_copy(const Launcher& run, Format format, std::size_t M,
 inline void time_against_cublas(const Launcher& run, Format format, std::size_t M, std::size_t N,
                                 std::size_t K, course::Rng rng) {
     COURSE_SKIP_ON_EMULATOR("a timed case");
-    COURSE_REQUIRE_MEMORY(3 * N * K + 12 * M * N + (256u << 20));
+    COURSE_REQUIRE_MEMORY(3 * N * K + 16 * M * N + (256u << 20));
     const std::string label = quant::shape_label(M, N, K);
     SCOPED_TRACE(label + ", against cuBLAS bf16");
     const TimedProblem p = timed_problem(format, M, N, K, rng);
@@ -335,7 +337,7 @@ inline void time_against_cublas(const Launcher& run, Format format, std::size_t 
                                                static_cast<int>(K), d_x.data(), d_W_bf16.data(),
                                                d_y_cublas.data());
         },
-        {course::TimedOutput(d_y, tol)});
+        {course::TimedOutput(d_y, tol)}, {course::TimedInput(d_x, std::uint16_t{0x8000})});
     const auto rows = sampled_rows(N, rng);
     check_rows(d_y.download(), p.x.values, p.w.values, M, N, K, rows, tol, "y");
     check_rows(d_y_cublas.download(), p.x.values, p.w_bf16.values, M, N, K, rows,

@@ -207,8 +207,9 @@ TEST_F(Mxfp8Gemm, Rate4096) {
     COURSE_SKIP_ON_EMULATOR("a timed case");
     const int n = 4096;
     const std::size_t elements = count(n, n);
-    // A and B as MXFP8 (1 byte an element) and bf16 (2), C, cuBLAS's C, the harness's copy of C.
-    COURSE_REQUIRE_MEMORY(elements * (2 * 1 + 2 * 2 + 3 * 4) + (256u << 20));
+    // A and B as MXFP8 (1 byte an element) and bf16 (2), C, cuBLAS's C, the harness's two copies
+    // of C (one per input set).
+    COURSE_REQUIRE_MEMORY(elements * (2 * 1 + 2 * 2 + 4 * 4) + (256u << 20));
     SCOPED_TRACE("4096x4096x4096");
     auto rng = test_rng();
     const MxMatrix A = random_mx(n, n, rng), B = random_mx(n, n, rng);
@@ -220,13 +221,14 @@ TEST_F(Mxfp8Gemm, Rate4096) {
     course::DeviceBuffer<float> d_C("C", elements), d_C_cublas("cuBLAS's C", elements);
     const auto tol = tolerance(n, rms_of(A.values) * rms_of(B.values));
 
+    // The second input set: A's elements with every sign flipped (E4M3's bit 7), which negates C.
     const auto timing = course::time_against(
         [&] { mxfp8_gemm(n, n, n, d_a.data(), d_as.data(), d_b.data(), d_bs.data(), d_C.data()); },
         [&] {
             course::baseline::cublas_gemm_bf16(n, n, n, d_a16.data(), d_b16.data(),
                                                d_C_cublas.data());
         },
-        {course::TimedOutput(d_C, tol)});
+        {course::TimedOutput(d_C, tol)}, {course::TimedInput(d_a, std::uint8_t{0x80})});
     const std::vector<int> lines{static_cast<int>(rng.uniform_int(0, n - 2)), n - 1};
     check_lines(d_C.download(), A.values, B.values, n, lines, tol, "C");
     check_lines(d_C_cublas.download(), A.values, B.values, n, lines, tol, "cuBLAS's C");

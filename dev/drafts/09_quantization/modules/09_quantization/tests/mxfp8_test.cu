@@ -250,9 +250,9 @@ TEST_F(Mxfp8, EveryCodeBack) {
 
 void time_case(int rows, int cols, course::Rng& rng) {
     const std::size_t n = static_cast<std::size_t>(rows) * cols;
-    // x, out, the copy's destination, the harness's copy of out (4 bytes an element), the
-    // elements and their copy, the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(n * (4 * 4 + 2) + (256u << 20));
+    // x, out, the copy's destination, the harness's two copies of out (4 bytes an element), the
+    // elements and the harness's two copies of them, the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(n * (5 * 4 + 3) + (256u << 20));
     const std::string label = quant::shape_label(rows, cols);
     SCOPED_TRACE(label);
     const auto x = quant::weights(rows, cols, kMxBlock, rng, 20);
@@ -264,7 +264,8 @@ void time_case(int rows, int cols, course::Rng& rng) {
 
     const auto quantize_timing = course::time_against(
         [&] { mxfp8_quantize(d_x.data(), rows, cols, d_elements.data(), d_scales.data()); }, copy_x,
-        {course::TimedOutput(d_elements), course::TimedOutput(d_scales)});
+        {course::TimedOutput(d_elements), course::TimedOutput(d_scales)},
+        {course::TimedInput(d_x)});
     EXPECT_TRUE(course::expect_equal(d_scales.download(), want.scales, {"scales"}));
     EXPECT_TRUE(course::expect_equal(d_elements.download(), want.elements, {"elements"}));
     // Reads x (4 bytes an element), writes an element (1) and a scale per 32; the copy reads and
@@ -274,7 +275,8 @@ void time_case(int rows, int cols, course::Rng& rng) {
 
     const auto dequantize_timing = course::time_against(
         [&] { mxfp8_dequantize(d_elements.data(), d_scales.data(), rows, cols, d_out.data()); },
-        copy_x, {course::TimedOutput(d_out)});
+        copy_x, {course::TimedOutput(d_out)},
+        {course::TimedInput(d_elements, std::uint8_t{0x80})});  // signs flipped (E4M3 bit 7)
     EXPECT_TRUE(course::expect_equal(
         d_out.download(), ref::dequantize_mxfp8(want.elements, want.scales, rows, cols), {"out"}));
     course::record_bandwidth(label + " dequantize", dequantize_timing, bytes, "copy", 8.0 * n);

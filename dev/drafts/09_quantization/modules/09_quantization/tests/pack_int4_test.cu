@@ -195,9 +195,9 @@ TEST_F(PackInt4, ZerosHalvesAndEveryNibble) {
 
 void time_case(int rows, int cols, course::Rng& rng) {
     const std::size_t n = static_cast<std::size_t>(rows) * cols;
-    // x, out, the copy's destination and the harness's copy of out (4 bytes an element), packed
-    // and its copy (1/2 each), the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(n * (4 * 4 + 1) + (256u << 20));
+    // x, out, the copy's destination and the harness's two copies of out (4 bytes an element),
+    // packed and the harness's two copies of it (1/2 each), the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(n * (5 * 4) + 3 * n / 2 + (256u << 20));
     const std::string label = quant::shape_label(rows, cols);
     SCOPED_TRACE(label);
     const auto x = quant::weights(rows, cols, kInt4Group, rng);
@@ -210,7 +210,7 @@ void time_case(int rows, int cols, course::Rng& rng) {
 
     const auto pack_timing = course::time_against(
         [&] { pack_int4(d_x.data(), rows, cols, d_packed.data(), d_scales.data()); }, copy_x,
-        {course::TimedOutput(d_packed), course::TimedOutput(d_scales)});
+        {course::TimedOutput(d_packed), course::TimedOutput(d_scales)}, {course::TimedInput(d_x)});
     EXPECT_TRUE(course::expect_equal(d_scales.download(), want.scales, {"scales"}));
     EXPECT_TRUE(course::expect_equal(d_packed.download(), want.packed, {"packed"}));
     // Reads x (4 bytes an element), writes half a byte an element and a scale per 128; the copy
@@ -219,7 +219,8 @@ void time_case(int rows, int cols, course::Rng& rng) {
 
     const auto unpack_timing = course::time_against(
         [&] { unpack_int4(d_packed.data(), d_scales.data(), rows, cols, d_out.data()); }, copy_x,
-        {course::TimedOutput(d_out)});
+        {course::TimedOutput(d_out)},
+        {course::TimedInput(d_scales)});  // the scales' signs flipped: every value negated
     EXPECT_TRUE(course::expect_equal(
         d_out.download(),
         ref::dequantize_int4_groups(want.packed, want.scales, rows, cols, kInt4Group), {"out"}));

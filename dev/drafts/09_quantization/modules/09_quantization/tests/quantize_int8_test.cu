@@ -171,9 +171,9 @@ TEST_F(QuantizeInt8, ZerosHalvesAndTheClamp) {
 // Times quantize and dequantize at rows x cols against a device-to-device copy of x.
 void time_case(int rows, int cols, course::Rng& rng) {
     const std::size_t n = static_cast<std::size_t>(rows) * cols;
-    // x, out and the copy's destination (4 bytes per element), q and the harness's copy of it
-    // (1 each), the harness's copy of out (4), the L2 flush buffer.
-    COURSE_REQUIRE_MEMORY(n * (3 * 4 + 2 * 1 + 4) + (256u << 20));
+    // x, out and the copy's destination (4 bytes per element), q and the harness's two copies of
+    // it (1 each), the harness's two copies of out (4 each), the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(n * (3 * 4 + 3 * 1 + 2 * 4) + (256u << 20));
     const std::string label = quant::shape_label(rows, cols);
     SCOPED_TRACE(label);
     const auto x = quant::weights(rows, cols, cols, rng);
@@ -185,7 +185,7 @@ void time_case(int rows, int cols, course::Rng& rng) {
 
     const auto quantize_timing = course::time_against(
         [&] { quantize_int8(d_x.data(), rows, cols, d_q.data(), d_scales.data()); }, copy_x,
-        {course::TimedOutput(d_q), course::TimedOutput(d_scales)});
+        {course::TimedOutput(d_q), course::TimedOutput(d_scales)}, {course::TimedInput(d_x)});
     EXPECT_TRUE(course::expect_equal(d_scales.download(), want.scales, {"scales"}));
     EXPECT_TRUE(course::expect_equal(d_q.download(), want.q, {"q"}));
     // Reads x (4 bytes an element), writes q (1) and a scale per row; the copy reads and writes 4.
@@ -194,7 +194,8 @@ void time_case(int rows, int cols, course::Rng& rng) {
 
     const auto dequantize_timing = course::time_against(
         [&] { dequantize_int8(d_q.data(), d_scales.data(), rows, cols, d_out.data()); }, copy_x,
-        {course::TimedOutput(d_out)});
+        {course::TimedOutput(d_out)},
+        {course::TimedInput(d_scales)});  // the scales' signs flipped: every value negated
     EXPECT_TRUE(course::expect_equal(
         d_out.download(), ref::dequantize_int8_rows(want.q, want.scales, rows, cols), {"out"}));
     // Reads q (1) and the scales, writes out (4).

@@ -319,7 +319,9 @@ void time_against_copy(std::size_t batch, std::size_t heads, std::size_t length,
                              int(length), int(D), c.scale());
         },
         [&] { course::baseline::device_copy(copy.data(), kv.data(), kv.bytes()); },
-        {course::TimedOutput(out), course::TimedOutput(lse, lse_tol)});
+        {course::TimedOutput(out), course::TimedOutput(lse, lse_tol)},
+        // q negated on the second input set (bf16's sign bit): every score changes sign.
+        {course::TimedInput(q, std::uint16_t{0x8000})});
 
     // Rows at the start, the end and in between, against the reference from the hash.
     const auto got_out = course::bf16_values(out.download());

@@ -302,7 +302,9 @@ void time_against_copy(std::size_t rows, std::size_t vocab, ref::SamplingParams 
                    params.temperature, params.top_k, params.top_p);
         },
         [&] { course::baseline::device_copy(copy.data(), logits.data(), 4 * n); },
-        {course::TimedOutput(tokens)});
+        {course::TimedOutput(tokens)},
+        // The logits negated on the second input set: the kept tokens are other ones.
+        {course::TimedInput(logits)});
 
     // Each token must be kept and own the uniform, give or take kMargin of probability (the
     // tokens of these rows are too many and too alike for draws away from every boundary).

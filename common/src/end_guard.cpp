@@ -1,0 +1,287 @@
+#include "end_guard.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "course/buffer.h"
+#include "course/check.h"
+#include "course/large.h"
+#include "course/random.h"
+
+extern char** environ;
+
+namespace course::end_guard {
+
+namespace {
+
+// A probe child exits with this status at its first illegal address: the input it guards faulted.
+constexpr int kProbeFaulted = 86;
+constexpr const char* kProbeVariable = "COURSE_GUARD_PROBE";
+// The payload starts on a 16-byte boundary (float4 and cp.async loads from its start), so up to
+// 15 bytes past its end stay mapped: they hold the redzone pattern (buffer.cu) and are checked.
+constexpr std::size_t kPayloadAlignment = 16;
+// Unmapped space after the mapping: a load up to this far past the end faults.
+constexpr std::size_t kUnmappedAfter = std::size_t{2} << 20;
+
+template <class F>
+F entry_point(const char* name) {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion(name, &function, 10020, cudaEnableDefault, &found);
+#else
+    const cudaError_t status = cudaGetDriverEntryPoint(name, &function, cudaEnableDefault, &found);
+#endif
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return reinterpret_cast<F>(function);
+}
+
+// The driver's virtual memory management, reached through the runtime (the checkers link no
+// driver library: they must start, and skip, on a machine without one).
+struct Driver {
+    PFN_cuMemGetAllocationGranularity_v10020 granularity =
+        entry_point<PFN_cuMemGetAllocationGranularity_v10020>("cuMemGetAllocationGranularity");
+    PFN_cuMemAddressReserve_v10020 reserve =
+        entry_point<PFN_cuMemAddressReserve_v10020>("cuMemAddressReserve");
+    PFN_cuMemAddressFree_v10020 free = entry_point<PFN_cuMemAddressFree_v10020>("cuMemAddressFree");
+    PFN_cuMemCreate_v10020 create = entry_point<PFN_cuMemCreate_v10020>("cuMemCreate");
+    PFN_cuMemRelease_v10020 release = entry_point<PFN_cuMemRelease_v10020>("cuMemRelease");
+    PFN_cuMemMap_v10020 map = entry_point<PFN_cuMemMap_v10020>("cuMemMap");
+    PFN_cuMemUnmap_v10020 unmap = entry_point<PFN_cuMemUnmap_v10020>("cuMemUnmap");
+    PFN_cuMemSetAccess_v10020 access = entry_point<PFN_cuMemSetAccess_v10020>("cuMemSetAccess");
+    bool available = granularity && reserve && free && create && release && map && unmap && access;
+};
+
+// Physical memory on `device`, the GPU the runtime has current (a checker of several GPUs sets
+// each in turn).
+CUmemAllocationProp properties(int device) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    return prop;
+}
+
+// Read and write access for `device` and for every GPU that can reach its memory as a peer (a
+// cudaMalloc'd buffer is reachable from a peer once peer access is enabled; memory mapped through
+// this API only from the GPUs named here).
+std::vector<CUmemAccessDesc> access_for(int device) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 1;
+    std::vector<CUmemAccessDesc> access;
+    for (int other = 0; other < count; ++other) {
+        int peer = other == device;
+        if (!peer && cudaDeviceCanAccessPeer(&peer, other, device) != cudaSuccess) peer = 0;
+        if (!peer) continue;
+        CUmemAccessDesc desc{};
+        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        desc.location.id = other;
+        desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        access.push_back(desc);
+    }
+    cudaGetLastError();
+    return access;
+}
+
+Driver& driver() {
+    static Driver instance;
+    return instance;
+}
+
+std::size_t round_up(std::size_t value, std::size_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
+
+struct Tracked {
+    std::string name;
+};
+std::map<const void*, Tracked>& live() {
+    static std::map<const void*, Tracked> inputs;
+    return inputs;
+}
+
+const char* probe_name() { return std::getenv(kProbeVariable); }
+
+// Runs this checker's test `filter` again in a child, guarding the inputs named `name` only
+// ("": none); true when the child faulted. Its output goes nowhere; `limit` bounds its time.
+bool child_faults(const std::string& filter, const std::string& name,
+                  std::chrono::duration<double> limit) {
+    std::vector<std::string> environment;
+    for (char** entry = environ; *entry; ++entry) {
+        const std::string text = *entry;
+        if (text.rfind(std::string(kProbeVariable) + "=", 0) != 0 &&
+            text.rfind("GRADER_SEED=", 0) != 0)
+            environment.push_back(text);
+    }
+    environment.push_back(std::string(kProbeVariable) + "=" + name);
+    environment.push_back("GRADER_SEED=" + std::to_string(run_seed()));
+    std::vector<std::string> arguments = {"checker", "--gtest_filter=" + filter,
+                                          "--gtest_color=no"};
+    std::vector<char*> argv, envp;
+    for (auto& a : arguments) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : environment) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    for (int descriptor : {0, 1, 2})
+        posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", O_RDWR, 0);
+    pid_t child = 0;
+    const int started =
+        posix_spawn(&child, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    if (started != 0) return false;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (waitpid(child, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            kill(child, SIGKILL);
+            waitpid(child, &status, 0);
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return WIFEXITED(status) && WEXITSTATUS(status) == kProbeFaulted;
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+    std::string text;
+    for (std::size_t i = 0; i < names.size(); ++i)
+        text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + ("`" + names[i] + "`");
+    return text;
+}
+
+// Which of the live inputs a fault of `test` needs fenced (describe_fault's text).
+std::string probe_inputs(const testing::TestInfo& test) {
+    std::vector<std::string> names;
+    for (const auto& [payload, input] : live())
+        if (std::find(names.begin(), names.end(), input.name) == names.end())
+            names.push_back(input.name);
+    const std::string filter = std::string(test.test_suite_name()) + "." + test.name();
+    const std::string inputs = quoted_list(names);
+    const std::string placed =
+        " In the correctness cases every input ends where unmapped memory begins, so a load past "
+        "its end (one element, one float4, a row, a tile) faults instead of reading a "
+        "neighbour's bytes.";
+    // Each child runs the test up to the fault; allow it a few times what that took here.
+    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    const double elapsed_s = static_cast<double>(now_ms - test.result()->start_timestamp()) / 1e3;
+    const std::chrono::duration<double> limit(10.0 + 3.0 * elapsed_s);
+    if (child_faults(filter, "", limit))
+        return "\n  the inputs of this case (" + inputs +
+               ") end where unmapped memory begins, but the same run faults without that too: an "
+               "address far outside every buffer (an index that overflowed or went negative, a "
+               "pointer of the wrong buffer). grader sanitize names the line.";
+    std::vector<std::string> faulting;
+    for (const std::string& name : names)
+        if (child_faults(filter, name, limit)) faulting.push_back(name);
+    if (faulting.empty())
+        return "\n  probably a load past the end of one of the inputs " + inputs + "." + placed +
+               " grader sanitize names the line.";
+    return "\n  a load read past the end of the input" +
+           std::string(faulting.size() > 1 ? "s " : " ") + quoted_list(faulting) + "." + placed +
+           " Is every load guarded like the stores (`if (i < n)`, the columns of the last "
+           "column tile, the rows of the last row tile)?";
+}
+
+}  // namespace
+
+std::string describe_fault() {
+    if (probe_name()) std::_Exit(kProbeFaulted);  // a probe child: its parent wants to know this
+    // Probed once per process: the first illegal address is the learner's, every later one is
+    // the same sticky error, and gets the same text (the first may surface where its message is
+    // dropped: a buffer's redzone check as it goes). Not in a large case, which holds the
+    // machine's large-case lock (a child would wait for it) and says what its fault means itself
+    // (course/large.h).
+    static std::optional<std::string> described;
+    if (described) return *described;
+    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
+    if (live().empty() || !test || large_case_running()) return "";
+    described = probe_inputs(*test);
+    return *described;
+}
+
+bool wanted(const std::string& name) {
+    if (exact_allocations()) return false;
+    const char* probe = probe_name();
+    return !probe || name == probe;
+}
+
+bool map(std::size_t bytes, std::size_t before, Mapping& out) {
+    Driver& d = driver();
+    int device = 0;
+    // cudaFree(nullptr) makes the runtime's context current first: the driver's calls below need
+    // one, and a checker's first buffer may come before any other runtime call that makes it.
+    if (!d.available || cudaGetDevice(&device) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    const CUmemAllocationProp prop = properties(device);
+    std::size_t page = 0;
+    if (d.granularity(&page, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || page == 0)
+        return false;
+    const std::size_t payload = round_up(bytes, kPayloadAlignment);
+    const std::size_t mapped = round_up(before + payload, page);
+    const std::size_t reserved = mapped + round_up(kUnmappedAfter, page);
+    CUdeviceptr base = 0;
+    if (d.reserve(&base, reserved, page, 0, 0) != CUDA_SUCCESS) return false;
+    CUmemGenericAllocationHandle handle = 0;
+    if (d.create(&handle, mapped, &prop, 0) != CUDA_SUCCESS) {
+        d.free(base, reserved);
+        return false;
+    }
+    if (d.map(base, mapped, 0, handle, 0) != CUDA_SUCCESS) {
+        d.release(handle);
+        d.free(base, reserved);
+        return false;
+    }
+    const std::vector<CUmemAccessDesc> access = access_for(device);
+    if (d.access(base, mapped, access.data(), access.size()) != CUDA_SUCCESS) {
+        d.unmap(base, mapped);
+        d.release(handle);
+        d.free(base, reserved);
+        return false;
+    }
+    out = {reinterpret_cast<void*>(base), reserved, mapped, handle,
+           reinterpret_cast<void*>(base + mapped - payload)};
+    return true;
+}
+
+void unmap(const Mapping& mapping) {
+    Driver& d = driver();
+    const auto base = reinterpret_cast<CUdeviceptr>(mapping.reservation);
+    // The GPU may still read it (a kernel of the code under test): wait, as cudaFree does.
+    cudaDeviceSynchronize();
+    d.unmap(base, mapping.mapped);
+    d.release(mapping.handle);
+    d.free(base, mapping.reserved);
+}
+
+void track(const void* payload, const std::string& name) { live()[payload] = {name}; }
+void untrack(const void* payload) { live().erase(payload); }
+
+}  // namespace course::end_guard

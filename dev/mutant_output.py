@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""The full checker output of planted bugs, one file each: for a planted bug whose row in `grader
+check --mutants` shows the wrong message, to see what its checker printed (the table shows only
+the line a learner reads first). On a GPU:
+
+    OUT=dir python3 dev/mutant_output.py 07/attention_naive pv_reads_one_key_past_T [NAME]...
+
+writes $OUT/<name>.txt (default build/mutant-output/) and prints the grader's table.
+"""
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from grader import cli, mutants  # noqa: E402
+
+out = Path(os.environ.get("OUT", "build/mutant-output"))
+out.mkdir(parents=True, exist_ok=True)
+graded = mutants.grade
+
+
+def grade_and_keep(tree, exercises, log):
+    """grader.mutants' grade, with each result's detail and full output written to $OUT."""
+    results = graded(tree, exercises, log)
+    name = os.environ["COURSE_MUTANT_NAME"]
+    for result in results:
+        (out / f"{name}.txt").write_text(
+            "== detail (what the learner is shown)\n" + "\n".join(result.outcome.detail) +
+            "\n== full output\n" + result.outcome.output, encoding="utf-8")
+    return results
+
+
+def run_one_and_name(tree, sources, mutant, log):
+    os.environ["COURSE_MUTANT_NAME"] = mutant.name
+    return run_one(tree, sources, mutant, log)
+
+
+if len(sys.argv) < 3:
+    sys.exit(__doc__)
+mutants.grade = grade_and_keep
+run_one, mutants._run_one = mutants._run_one, run_one_and_name
+selector, names = sys.argv[1], sys.argv[2:]
+args = ["check", selector, "--no-build", "--mutants"] + [a for n in names for a in ("--mutant", n)]
+cli.main(args)
