@@ -157,10 +157,14 @@ const Ops<Act>* profiled_table(const Ops<Act>& table);
 //                the same inputs, and the two outputs compared, on the first step and every N
 //                steps after, up to `steps`; a difference beyond the tolerance stops the run
 //                with the op, the exercise, the call's shapes and the elements that differ
+//   first_step   the step the run starts at (a resumed run's checkpoint's): the check counts
+//                the steps from it, so that a resumed run checks the steps an uninterrupted one
+//                would
 struct ExerciseTableOptions {
     std::string choices;
     int check_every = 0;
     int steps = 0;
+    int first_step = 0;
 };
 void configure_exercise_tables(const ExerciseTableOptions& options);
 

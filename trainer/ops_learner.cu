@@ -947,7 +947,7 @@ const Ops<Act>* table_for_use() {
     load<Act>(tables[kTable]);
     if (table_options.check_every <= 0) return &kExerciseTable<kTable, Act>;
     return checked_table(kExerciseTable<kTable, Act>, reference<Act>(), exercises_in<kTable>,
-                         table_options.check_every, table_options.steps);
+                         table_options.check_every, table_options.steps, table_options.first_step);
 }
 
 }  // namespace

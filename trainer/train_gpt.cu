@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -58,6 +60,10 @@ struct Options {
     unsigned long long seed = 1337;
     int val_every = 50, val_batches = 10;
     int checkpoint_every = 0, sample_every = 0, sample_length = 128;
+    // A run that can stop and go on (--resume): DIR/latest.ckpt every so many seconds, and
+    // stops before a time limit or at a step (0: never).
+    double checkpoint_seconds = 0.0, time_limit = 0.0;
+    int stop_at = 0;
     float temperature = 1.0f;
     int top_k = 40;
     std::string out = "out";
@@ -113,13 +119,23 @@ evaluation and output
   --val-batches N       micro-batches of validation                         [10]
   --out DIR             loss.csv and model.ckpt go here                     [out]
   --checkpoint-every N  also save model_step<N>.ckpt every N steps          [0: at the end only]
-  --no-checkpoint       save no checkpoint (timing runs)
-  --resume FILE         continue from a checkpoint (same model)
+  --no-checkpoint       save no model.ckpt at the end (timing runs)
+  --resume FILE         continue from a checkpoint (same model); loss.csv in --out keeps its
+                        rows up to the checkpoint's step and goes on from there
   --sample-every N      print a sample every N steps (0: at the end only)   [0]
   --sample-length N --temperature X --top-k N                               [128 1.0 40]
   --generate            only sample from --resume's model
   --dump-step0 DIR      write step 0's weights, batch, logits, loss and gradients (the PyTorch check)
   --peak-tflops X       the GPU's dense 16-bit peak, for MFU                [from the GPU's name]
+stopping and going on (a long run in pieces)
+  --checkpoint-seconds S  keep DIR/latest.ckpt (DIR: --out), saved again    [0: never]
+                        whenever S seconds have passed since the last save: a run stopped any
+                        way (Ctrl-C, a lost session) goes on from it with --resume
+                        DIR/latest.ckpt; removed when the run ends
+  --time-limit S        stop before S seconds from the start: where the     [0: none]
+                        next step (with its validation and a checkpoint) would end later, save
+                        DIR/latest.ckpt and exit with status 3 (--resume DIR/latest.ckpt goes on)
+  --stop-at N           the same after N steps of the --steps schedule      [0: never]
 several GPUs of this machine
   trainer/launch.sh N [options]   one process per GPU, the gradients summed by NCCL every step;
                         -b is per GPU (N GPUs at -b B take the steps of one at -b N*B)
@@ -226,6 +242,12 @@ Options parse_options(int argc, char** argv) {
             number(&o.checkpoint_every);
         else if (flag == "--resume")
             o.resume = value;
+        else if (flag == "--checkpoint-seconds")
+            number(&o.checkpoint_seconds);
+        else if (flag == "--time-limit")
+            number(&o.time_limit);
+        else if (flag == "--stop-at")
+            number(&o.stop_at);
         else if (flag == "--sample-every")
             number(&o.sample_every);
         else if (flag == "--sample-length")
@@ -259,8 +281,12 @@ Options parse_options(int argc, char** argv) {
     if (!o.dtype.empty() && o.dtype != "bf16" && o.dtype != "fp16" && o.dtype != "fp32")
         usage_error("--dtype " + o.dtype + ": bf16, fp16 or fp32");
     if (o.dtype == "fp16") exercise_table<fp16>(o.kernels);  // throws for module 08's tables
+    if (o.checkpoint_seconds < 0 || o.time_limit < 0)
+        usage_error("--checkpoint-seconds and --time-limit must be 0 or more");
+    if (o.stop_at >= o.steps && o.stop_at > 0)
+        usage_error("--stop-at " + std::to_string(o.stop_at) +
+                    " is not before the last step (--steps " + std::to_string(o.steps) + ")");
     allow_cudnn_attention(o.attention == "cudnn");
-    configure_exercise_tables({o.kernel_choices, o.check_ops, o.steps});
     return o;
 }
 
@@ -354,6 +380,37 @@ Checkpoint load_checkpoint(const std::string& path) {
         file.read(reinterpret_cast<char*>(part->data()), count * sizeof(float));
     }
     return checkpoint;
+}
+
+// loss.csv's first line.
+constexpr const char* kLossCurveHeader =
+    "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+
+// The loss curve of a resumed run: the training rows of the steps up to the checkpoint's are
+// kept, then the resumed steps are appended. A run stopped after its checkpoint may have written
+// rows beyond it (the last one cut short, where it was killed); they go, so that the curve reads
+// as the uninterrupted run's. A validation-only row ends a finished run: it goes too. Written
+// beside the file, then renamed over it.
+void keep_loss_rows(const std::string& path, int last_step) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string kept = kLossCurveHeader;
+    // Whole lines only: a line without its newline was cut short.
+    for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos;
+         start = end + 1) {
+        const std::string row = text.substr(start, end + 1 - start);
+        const std::size_t comma = row.find(',');
+        const bool trained = std::isdigit(static_cast<unsigned char>(row[0])) &&
+                             comma != std::string::npos && row[comma + 1] != ',';
+        if (trained && std::atoi(row.c_str()) <= last_step) kept += row;
+    }
+    const std::string temporary = path + ".partial";
+    {
+        std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+        file << kept;
+        if (!file) throw std::runtime_error(temporary + ": cannot write the loss curve");
+    }
+    std::filesystem::rename(temporary, path);
 }
 
 // ---- Sampling ----
@@ -464,6 +521,11 @@ void dump_step0(Gpt<Act>& model, TokenLoader& loader, const Options& o, int T) {
 
 // ---- Training ----
 
+// The exit status of a run stopped by --time-limit or --stop-at (its latest.ckpt goes on).
+constexpr int kStopped = 3;
+// --time-limit counts from here.
+const auto program_start = std::chrono::steady_clock::now();
+
 template <typename Act>
 int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, TokenLoader* train,
         TokenLoader* val, const Checkpoint* resumed, int T, const std::string& gpu_name,
@@ -533,9 +595,10 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     const bool append = resumed && std::filesystem::exists(csv_path);
     std::ofstream csv;  // rank 0's: the other ranks' writes go nowhere
     if (ranks.main()) {
+        if (append) keep_loss_rows(csv_path, resumed->step);
         csv.open(csv_path, append ? std::ios::app : std::ios::trunc);
         if (!csv) throw std::runtime_error(csv_path + ": cannot write the loss curve");
-        if (!append) csv << "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+        if (!append) csv << kLossCurveHeader;
     }
 
     auto validation_loss = [&]() {
@@ -556,6 +619,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         scaler.restore(resumed->loss_scale, resumed->skipped, resumed->clean_steps);
     // Rank 0 writes; sharded, every rank takes part in gathering the weights and moments.
     auto save = [&](int step, const std::string& name) {
+        csv.flush();  // the loss curve's rows up to `step` are on disk before its checkpoint is
         if (!sharded && !ranks.main()) return;
         Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
                               {},     {}};
@@ -568,14 +632,59 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (ranks.main()) save_checkpoint(o.out + "/" + name, checkpoint);
     };
 
+    // Stopping and going on: before each step, save DIR/latest.ckpt where --checkpoint-seconds
+    // have passed since the last save, and stop (after saving it) at --stop-at, or where the
+    // step, its validation and a save would end past --time-limit. The estimates are this
+    // process's last step, validation and save; until a save is timed, 0.5 GB/s.
+    const bool resumable = o.checkpoint_seconds > 0 || o.time_limit > 0 || o.stop_at > 0;
+    const std::string latest = o.out + "/latest.ckpt";
+    auto since = [](std::chrono::steady_clock::time_point then) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - then).count();
+    };
+    auto last_save = std::chrono::steady_clock::now();
+    double step_estimate = 0.0, val_estimate = -1.0;
+    double save_estimate = 3.0 * sizeof(float) * param_layout(config).total / 0.5e9;
+    // Every rank takes the same decision (a sharded save gathers from all; a stop ends them all).
+    auto agreed = [&](bool wanted) {
+        return ranks.processes() > 1 ? ranks.mean(wanted ? 1.0f : 0.0f) > 0.0f : wanted;
+    };
+
     std::vector<int> inputs, targets, others_inputs, others_targets;
     double timed_seconds = 0.0;
     int timed_steps = 0;
     std::size_t peak_used = 0;
-    for (int step = resumed ? resumed->step : 0; step < o.steps; ++step) {
+    const int first = resumed ? resumed->step : 0;
+    for (int step = first; step < o.steps; ++step) {
+        const bool validates = val && step % o.val_every == 0;
+        if (resumable && step > first) {
+            // The last step is followed by the final validation.
+            const int validations = validates + (val && step == o.steps - 1);
+            const double val_seconds = val_estimate >= 0
+                                           ? val_estimate
+                                           : step_estimate * o.val_batches / (3.0 * o.grad_accum);
+            const bool late =
+                o.time_limit > 0 &&
+                since(program_start) + step_estimate + validations * val_seconds + save_estimate >
+                    o.time_limit;
+            const bool stop = agreed(step == o.stop_at || late);
+            if (stop ||
+                agreed(o.checkpoint_seconds > 0 && since(last_save) >= o.checkpoint_seconds)) {
+                const auto start = std::chrono::steady_clock::now();
+                save(step, "latest.ckpt");
+                save_estimate = since(start);
+                last_save = std::chrono::steady_clock::now();
+            }
+            if (stop) {
+                std::printf("stopped after step %d of %d (%s): --resume %s goes on\n", step,
+                            o.steps, late ? "--time-limit" : "--stop-at", latest.c_str());
+                return kStopped;
+            }
+        }
         float val_loss = NAN;
-        if (val && step % o.val_every == 0) {
+        if (validates) {
+            const auto start = std::chrono::steady_clock::now();
             val_loss = validation_loss();
+            val_estimate = since(start);
             std::printf("step %5d | val loss %.4f\n", step, val_loss);
         }
         if (ranks.main() && o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
@@ -629,7 +738,8 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (scaled && scaler.scale() != scale)
             scaling = (taken ? " | loss scale up to " : " | overflow: step skipped, loss scale ") +
                       std::to_string(static_cast<long long>(scaler.scale()));
-        if (step == (resumed ? resumed->step : 0)) {
+        step_estimate = seconds;
+        if (step == first) {
             std::size_t free_bytes = 0, total_bytes = 0;
             CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
             peak_used = total_bytes - free_bytes;
@@ -662,6 +772,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         csv << o.steps << ",," << val_loss << ",,,,\n";
     }
     if (o.save) save(o.steps, "model.ckpt");
+    if (ranks.main()) std::filesystem::remove(latest);  // the run ended: nothing to go on from
     if (timed_steps > 0) {
         const double tokens_per_s = tokens_per_step * timed_steps / timed_seconds;
         std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,
@@ -709,6 +820,10 @@ int main_checked(int argc, char** argv) {
                                      describe(resumed->config) + ", this run builds " +
                                      describe(config) + " (another --model or tokenizer?)");
     }
+    // The op check counts the steps from the checkpoint's: a resumed run checks the steps that
+    // an uninterrupted one would.
+    configure_exercise_tables(
+        {o.kernel_choices, o.check_ops, o.steps, resumed ? resumed->step : 0});
     if (tokenizer.vocab_size() != config.vocab_size)
         throw std::runtime_error(o.tokenizer + ": a vocabulary of " +
                                  std::to_string(tokenizer.vocab_size()) + ", the model has " +

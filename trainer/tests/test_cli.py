@@ -54,6 +54,16 @@ def test_kernel_choices_needs_a_file(train_gpt):
     assert code == 2 and "--kernel-choices needs a value" in line
 
 
+def test_stop_at_must_come_before_the_last_step(train_gpt):
+    code, line = fails(train_gpt, "--steps", 40, "--stop-at", 40)
+    assert code == 2 and "--stop-at 40 is not before the last step (--steps 40)" in line
+
+
+def test_time_limit_is_not_negative(train_gpt):
+    code, line = fails(train_gpt, "--time-limit", -5)
+    assert code == 2 and "--checkpoint-seconds and --time-limit must be 0 or more" in line
+
+
 def test_missing_shards(train_gpt, byte_data, tmp_path):
     code, line = fails(train_gpt, "--tokenizer", byte_data / "tokenizer.bin", "--train", tmp_path / "x_*.bin")
     assert code == 1 and "no data shard matches" in line
@@ -113,3 +123,30 @@ def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_pat
     assert resumed.returncode == 0, resumed.stderr
     losses = lambda run: [line.split(",")[:2] for line in (tmp_path / run / "loss.csv").read_text().splitlines()[1:]]
     assert losses("b") == losses("a")[20:]
+
+
+def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt, byte_data, tmp_path):
+    """Stopped after step 20 (--stop-at: exit status 3, latest.ckpt saved; step 20's validation is
+    the resumed run's), with rows past the checkpoint left in loss.csv as a killed run leaves them,
+    the last one cut short; resumed in the same folder: the loss curve is the uninterrupted run's,
+    bit for bit, validations included, and latest.ckpt is gone."""
+    common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "10",
+              "--val-batches", "2", "--sample-length", "0", "--no-checkpoint"]
+    straight = subprocess.run([train_gpt, *common, "--out", str(tmp_path / "a")],
+                              capture_output=True, text=True, errors="replace", timeout=300)
+    if "no CUDA GPU" in straight.stderr:
+        pytest.skip("no CUDA GPU")
+    assert straight.returncode == 0, straight.stderr
+    stopped = subprocess.run([train_gpt, *common, "--stop-at", "20", "--out", str(tmp_path / "b")],
+                             capture_output=True, text=True, errors="replace", timeout=300)
+    assert stopped.returncode == 3, stopped.stderr
+    assert f"stopped after step 20 of 40 (--stop-at): --resume {tmp_path / 'b'}/latest.ckpt goes on" in stopped.stdout
+    curve = tmp_path / "b/loss.csv"
+    with open(curve, "a") as file:
+        file.write("21,9.9,,6e-04,1.0,1.0,1\n2")
+    resumed = subprocess.run([train_gpt, *common, "--resume", str(tmp_path / "b/latest.ckpt"), "--out", str(tmp_path / "b")],
+                             capture_output=True, text=True, errors="replace", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    columns = lambda run: [line.split(",")[:3] for line in (tmp_path / run / "loss.csv").read_text().splitlines()]
+    assert columns("b") == columns("a")
+    assert not (tmp_path / "b/latest.ckpt").exists()
