@@ -48,6 +48,12 @@ bool gpt_preset(const std::string& name, int vocab_size, GptConfig* config) {
 
 const char* gpt_preset_names() { return "tiny, small, gpt2-124m"; }
 
+std::string describe(const GptConfig& c) {
+    return "L=" + std::to_string(c.layers) + " C=" + std::to_string(c.channels) +
+           " NH=" + std::to_string(c.heads) + " T=" + std::to_string(c.max_seq_len) +
+           " V=" + std::to_string(c.vocab_size);
+}
+
 ParamLayout param_layout(const GptConfig& config) {
     const std::size_t L = config.layers, C = config.channels;
     ParamLayout layout;

@@ -30,6 +30,8 @@ int padded_vocab(int vocab_size);
 // vocabulary comes from the tokenizer. False for an unknown name.
 bool gpt_preset(const std::string& name, int vocab_size, GptConfig* config);
 const char* gpt_preset_names();
+// The shape in a line for messages: "L=12 C=768 NH=12 T=1024 V=50257".
+std::string describe(const GptConfig& config);
 
 // The parameter tensors, in their order in the flat array.
 enum ParamTensor {

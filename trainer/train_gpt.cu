@@ -7,7 +7,8 @@
 // exactly where they stopped, and how throughput is reported (tokens per second, and MFU: the
 // model's FLOPs per second as a share of what the GPU can do).
 //
-// Read it top to bottom: options, the learning rate, checkpoints, sampling, then main().
+// Read it top to bottom: options, the learning rate, the loss curve of a resumed run, sampling,
+// then main(). Checkpoints: checkpoint.h.
 //
 // Run:  python3 trainer/prepare_data.py                      (once: data/shakespeare/)
 //       build/trainer/bin/train_gpt -m tiny --steps 200       (seconds)
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "course/check.h"
 #include "data.h"
 #include "data_parallel.h"
@@ -300,87 +302,7 @@ float learning_rate(const Options& o, int step) {
     return static_cast<float>(min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
-// ---- Checkpoints: the model's shape, where training stands, weights and optimizer state ----
-
-constexpr std::int32_t kCheckpointMagic = 0x47505431;  // "GPT1"
-constexpr int kCheckpointHeaderInts = 64;
-
-struct Checkpoint {
-    GptConfig config;
-    int step = 0;                       // optimizer steps done
-    std::size_t shard = 0, offset = 0;  // where the training data continues
-    std::vector<float> params, m, v;
-    // fp16's loss scaler (loss_scaler.h); a scale of 0: none recorded (a checkpoint of another
-    // dtype, or from before fp16), the scaler starts afresh.
-    float loss_scale = 0.0f;
-    int skipped = 0, clean_steps = 0;
-};
-
-std::string describe(const GptConfig& c) {
-    return "L=" + std::to_string(c.layers) + " C=" + std::to_string(c.channels) +
-           " NH=" + std::to_string(c.heads) + " T=" + std::to_string(c.max_seq_len) +
-           " V=" + std::to_string(c.vocab_size);
-}
-
-void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
-    std::int32_t header[kCheckpointHeaderInts] = {};
-    const GptConfig& c = checkpoint.config;
-    const std::int32_t fields[] = {kCheckpointMagic,
-                                   1,
-                                   c.layers,
-                                   c.channels,
-                                   c.heads,
-                                   c.max_seq_len,
-                                   c.vocab_size,
-                                   c.padded_vocab_size,
-                                   checkpoint.step,
-                                   static_cast<std::int32_t>(checkpoint.shard),
-                                   static_cast<std::int32_t>(checkpoint.offset >> 31),
-                                   static_cast<std::int32_t>(checkpoint.offset & 0x7fffffff),
-                                   0,  // the loss scale's bits, below
-                                   checkpoint.skipped,
-                                   checkpoint.clean_steps};
-    std::copy(std::begin(fields), std::end(fields), header);
-    std::memcpy(&header[12], &checkpoint.loss_scale, sizeof(float));
-    // Written beside the target, then renamed over it: a crash leaves the old checkpoint whole.
-    const std::string temporary = path + ".partial";
-    {
-        std::ofstream file(temporary, std::ios::binary);
-        file.write(reinterpret_cast<const char*>(header), sizeof header);
-        for (const auto* part : {&checkpoint.params, &checkpoint.m, &checkpoint.v})
-            file.write(reinterpret_cast<const char*>(part->data()), part->size() * sizeof(float));
-        if (!file) throw std::runtime_error(temporary + ": cannot write the checkpoint");
-    }
-    std::filesystem::rename(temporary, path);
-}
-
-Checkpoint load_checkpoint(const std::string& path) {
-    std::ifstream file(path, std::ios::binary | std::ios::ate);
-    if (!file) throw std::runtime_error(path + ": cannot open the checkpoint");
-    const std::streamoff bytes = file.tellg();
-    file.seekg(0);
-    std::int32_t header[kCheckpointHeaderInts] = {};
-    if (!file.read(reinterpret_cast<char*>(header), sizeof header) || header[0] != kCheckpointMagic)
-        throw std::runtime_error(path + ": not a train_gpt checkpoint");
-    Checkpoint checkpoint;
-    checkpoint.config = {header[2], header[3], header[4], header[5], header[6], header[7]};
-    checkpoint.step = header[8];
-    checkpoint.shard = static_cast<std::size_t>(header[9]);
-    checkpoint.offset =
-        (static_cast<std::size_t>(header[10]) << 31) | static_cast<std::size_t>(header[11]);
-    std::memcpy(&checkpoint.loss_scale, &header[12], sizeof(float));
-    checkpoint.skipped = header[13];
-    checkpoint.clean_steps = header[14];
-    const std::size_t count = param_layout(checkpoint.config).total;
-    if (bytes != static_cast<std::streamoff>(sizeof header + 3 * count * sizeof(float)))
-        throw std::runtime_error(path + ": truncated checkpoint (" + std::to_string(bytes) +
-                                 " bytes for a model of " + describe(checkpoint.config) + ")");
-    for (auto* part : {&checkpoint.params, &checkpoint.m, &checkpoint.v}) {
-        part->resize(count);
-        file.read(reinterpret_cast<char*>(part->data()), count * sizeof(float));
-    }
-    return checkpoint;
-}
+// ---- The loss curve of a resumed run ----
 
 // loss.csv's first line.
 constexpr const char* kLossCurveHeader =
@@ -615,8 +537,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     // the update divides it out; bf16 and fp32 keep a scale of 1.
     constexpr bool scaled = std::is_same_v<Act, fp16>;
     LossScaler scaler(scaled ? LossScaler::kInitialScale : 1.0f);
-    if (scaled && resumed && resumed->loss_scale > 0.0f)
-        scaler.restore(resumed->loss_scale, resumed->skipped, resumed->clean_steps);
+    if (scaled && resumed) restore_loss_scaler(*resumed, &scaler);
     // Rank 0 writes; sharded, every rank takes part in gathering the weights and moments.
     auto save = [&](int step, const std::string& name) {
         csv.flush();  // the loss curve's rows up to `step` are on disk before its checkpoint is
@@ -624,11 +545,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
                               {},     {}};
         model.optimizer_state(&checkpoint.m, &checkpoint.v);
-        if (scaled) {
-            checkpoint.loss_scale = scaler.scale();
-            checkpoint.skipped = static_cast<int>(scaler.skipped());
-            checkpoint.clean_steps = scaler.clean_steps();
-        }
+        if (scaled) record_loss_scaler(scaler, &checkpoint);
         if (ranks.main()) save_checkpoint(o.out + "/" + name, checkpoint);
     };
 

@@ -123,6 +123,9 @@ def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_pat
     assert resumed.returncode == 0, resumed.stderr
     losses = lambda run: [line.split(",")[:2] for line in (tmp_path / run / "loss.csv").read_text().splitlines()[1:]]
     assert losses("b") == losses("a")[20:]
+    # fp16: the steps skipped over the whole run and the final scale, as the uninterrupted run's.
+    scaling = lambda run: [line for line in run.stdout.splitlines() if line.startswith("fp16 loss scaling:")]
+    assert scaling(resumed) == scaling(straight)
 
 
 def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt, byte_data, tmp_path):
