@@ -61,7 +61,7 @@ if [ "$fp16" = 1 ]; then
   TAIL=4 step gpu-tests-sm75 "$bin75/trainer_tests" \
     --gtest_filter='GpuModel.*:LossScaler.*-GpuModel.Bf16Fused*:GpuModel.Bf16Flash*'
   TAIL=4 step resume-fp16 env TRAIN_GPT=$bin75/train_gpt python3 -m pytest -q -p no:cacheprovider \
-    trainer/tests/test_cli.py -k resume
+    trainer/tests/test_cli.py -k "resumed or stopped"
   TAIL=12 step agree-fp16-sm75 python3 trainer/torch_check.py agree --train-gpt $bin75/train_gpt --model small \
     --dtype fp16 --out "$work/sm75"
   small=(-m small -b 16 -t 256 --steps 600 --val-every 200 --val-batches 10 --sample-length 0 --no-checkpoint)

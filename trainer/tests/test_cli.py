@@ -128,13 +128,15 @@ def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_pat
     assert scaling(resumed) == scaling(straight)
 
 
-def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt, byte_data, tmp_path):
+@pytest.mark.parametrize("dtype", [[], ["--dtype", "fp16"]], ids=["default", "fp16"])
+def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt, byte_data, tmp_path, dtype):
     """Stopped after step 20 (--stop-at: exit status 3, latest.ckpt saved; step 20's validation is
     the resumed run's), with rows past the checkpoint left in loss.csv as a killed run leaves them,
     the last one cut short; resumed in the same folder: the loss curve is the uninterrupted run's,
-    bit for bit, validations included, and latest.ckpt is gone."""
+    bit for bit, validations included (in fp16, the loss scaler's steps skipped and final scale
+    too), and latest.ckpt is gone."""
     common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "10",
-              "--val-batches", "2", "--sample-length", "0", "--no-checkpoint"]
+              "--val-batches", "2", "--sample-length", "0", "--no-checkpoint", *dtype]
     straight = subprocess.run([train_gpt, *common, "--out", str(tmp_path / "a")],
                               capture_output=True, text=True, errors="replace", timeout=300)
     if "no CUDA GPU" in straight.stderr:
@@ -152,4 +154,6 @@ def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt,
     assert resumed.returncode == 0, resumed.stderr
     columns = lambda run: [line.split(",")[:3] for line in (tmp_path / run / "loss.csv").read_text().splitlines()]
     assert columns("b") == columns("a")
+    scaling = lambda run: [line for line in run.stdout.splitlines() if line.startswith("fp16 loss scaling:")]
+    assert scaling(resumed) == scaling(straight)
     assert not (tmp_path / "b/latest.ckpt").exists()
