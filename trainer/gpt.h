@@ -30,6 +30,8 @@ int padded_vocab(int vocab_size);
 // vocabulary comes from the tokenizer. False for an unknown name.
 bool gpt_preset(const std::string& name, int vocab_size, GptConfig* config);
 const char* gpt_preset_names();
+// The shape in a line for messages: "L=12 C=768 NH=12 T=1024 V=50257".
+std::string describe(const GptConfig& config);
 
 // The parameter tensors, in their order in the flat array.
 enum ParamTensor {
@@ -104,9 +106,10 @@ struct OptimizerShard {
     Collectives* collectives = nullptr;
 };
 
-// A GPT on the GPU with activations for micro-batches up to B x T. Act is float (all-fp32) or
-// bf16 (mixed precision: bf16 weights and activations, fp32 master weights, gradients and
-// optimizer state). Errors (out of memory included) throw std::runtime_error.
+// A GPT on the GPU with activations for micro-batches up to B x T. Act is float (all-fp32), bf16 or
+// fp16 (mixed precision: 16-bit weights and activations, fp32 master weights, gradients and
+// optimizer state; fp16 with loss scaling, loss_scaler.h). Errors (out of memory included) throw
+// std::runtime_error.
 template <typename Act>
 class Gpt {
   public:
@@ -149,12 +152,15 @@ class Gpt {
     // Logits of position t - 1 of one sequence of t tokens (generation): V floats.
     std::vector<float> next_token_logits(const int* tokens, int t);
 
-    // Clips the gradients to max_norm (0: no clipping) and takes an AdamW step (step counts from
-    // 1). Returns the gradient norm before clipping. Sharded, this process's slice of the gradients
-    // must hold their sum over the processes (a reduce-scatter); the update is a collective that
-    // leaves every process with the whole of the new weights.
+    // Clips the gradients to max_norm (0: no clipping) and takes an AdamW step (step counts the
+    // steps taken, from 1). Returns the gradient norm before clipping. loss_scale: the factor the
+    // backward's losses were multiplied by (dloss_scale above; fp16's loss scaling), divided out
+    // of the gradients in the same pass. Where a gradient is inf or NaN (an fp16 overflow), no
+    // step is taken (weights and moments stay) and the value returned is not finite. Sharded, this
+    // process's slice of the gradients must hold their sum over the processes (a reduce-scatter);
+    // the update is a collective that leaves every process with the whole of the new weights.
     float update(float lr, float beta1, float beta2, float eps, float weight_decay, float max_norm,
-                 int step);
+                 int step, float loss_scale = 1.0f);
 
   private:
     void forward(const int* inputs, const int* targets, int B, int T, float dloss_scale);

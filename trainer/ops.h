@@ -3,9 +3,9 @@
 // reference kernels or on a learner's.
 //
 // Act is the type of the activations and of the working copy of the weights: float in the
-// all-fp32 mode (for checking), __nv_bfloat16 in mixed precision. Parameter gradients, the
-// optimizer's state and the master weights are always float, as are the LayerNorm statistics
-// and the losses.
+// all-fp32 mode (for checking), __nv_bfloat16 or __half in mixed precision (fp16 where the GPU has
+// no bf16 tensor cores: compute capability 7.x, the T4). Parameter gradients, the optimizer's
+// state and the master weights are always float, as are the LayerNorm statistics and the losses.
 //
 // Shapes use the names of the model: B sequences of T tokens, C channels, NH heads, OC output
 // channels of a linear layer, V the vocabulary and Vp the vocabulary padded for the GEMMs.
@@ -21,13 +21,22 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 namespace trainer {
 
 using bf16 = __nv_bfloat16;
+using fp16 = __half;
+
+// The name of a storage type, as --dtype spells it.
+template <typename Act>
+constexpr const char* kDtypeName = std::is_same_v<Act, float>  ? "fp32"
+                                   : std::is_same_v<Act, bf16> ? "bf16"
+                                                               : "fp16";
 
 // Where each token of a micro-batch sits, grouped by token id, so that the gradient of the token
 // embedding sums each row in a fixed order (no atomics, the same bits on every run). Built on the
@@ -148,16 +157,23 @@ const Ops<Act>* profiled_table(const Ops<Act>& table);
 //                the same inputs, and the two outputs compared, on the first step and every N
 //                steps after, up to `steps`; a difference beyond the tolerance stops the run
 //                with the op, the exercise, the call's shapes and the elements that differ
+//   first_step   the step the run starts at (a resumed run's checkpoint's): the check counts
+//                the steps from it, so that a resumed run checks the steps an uninterrupted one
+//                would
 struct ExerciseTableOptions {
     std::string choices;
     int check_every = 0;
     int steps = 0;
+    int first_step = 0;
 };
 void configure_exercise_tables(const ExerciseTableOptions& options);
 
 // The exercise table of that name ("learner", "solutions" or "fast"), or nullptr for another
-// name.
+// name. In fp16 there is none: their names throw std::invalid_argument (the exercises' contracts
+// are fp32 and bf16).
 template <typename Act>
 const Ops<Act>* exercise_table(const std::string& name);
+template <>
+const Ops<fp16>* exercise_table<fp16>(const std::string& name);
 
 }  // namespace trainer

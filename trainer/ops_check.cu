@@ -240,15 +240,15 @@ struct Check {
 
     bool checking() const { return step % every == 0 && (steps <= 0 || step < steps); }
 
-    // A new run: step 0, nothing seen yet.
+    // A new run: step `first` (0, or a resumed run's), nothing seen yet.
     void start(const Ops<Act>& tested_table, const Ops<Act>& reference_table, ExercisesIn named,
-               int every_n, int last) {
+               int every_n, int last, int first) {
         tested = &tested_table;
         reference = &reference_table;
         exercises_in = named;
         every = every_n;
         steps = last;
-        step = 0;
+        step = first;
         after_update = false;
         finish_step();
     }
@@ -544,16 +544,17 @@ Ops<Act> kChecked = {
 
 template <typename Act>
 const Ops<Act>* checked_table(const Ops<Act>& tested, const Ops<Act>& reference,
-                              ExercisesIn exercises_in, int every, int steps) {
+                              ExercisesIn exercises_in, int every, int steps, int first_step) {
     Check<Act>& c = check<Act>;
-    c.start(tested, reference, exercises_in, every, steps);
+    c.start(tested, reference, exercises_in, every, steps, first_step);
     c.name = std::string(tested.name) + ", each op checked against the reference on step 0 and " +
              "every " + std::to_string(every) + " steps";
     kChecked<Act>.name = c.name.c_str();
     return &kChecked<Act>;
 }
 template const Ops<float>* checked_table(const Ops<float>&, const Ops<float>&, ExercisesIn, int,
-                                         int);
-template const Ops<bf16>* checked_table(const Ops<bf16>&, const Ops<bf16>&, ExercisesIn, int, int);
+                                         int, int);
+template const Ops<bf16>* checked_table(const Ops<bf16>&, const Ops<bf16>&, ExercisesIn, int, int,
+                                        int);
 
 }  // namespace trainer

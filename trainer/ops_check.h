@@ -32,7 +32,8 @@ const char* trainer_op_name(TrainerOp op);
 // checked).
 using ExercisesIn = std::string (*)(TrainerOp op);
 
-// `tested`, checked: on the first step and every `every` steps after, up to `steps` (0: no end),
+// `tested`, checked: on step 0 and every `every` steps after, up to `steps` (0: no end), the
+// run's steps counted from `first_step` (a resumed run's),
 // each call of an op that runs an exercise also runs the reference's op on the same inputs (its
 // outputs set aside), then the tested op (whose outputs the run keeps, so that the run is the
 // tested table's, checked or not), and compares. A difference beyond the tolerance throws, naming
@@ -41,6 +42,6 @@ using ExercisesIn = std::string (*)(TrainerOp op);
 // close to its tolerance each op came.
 template <typename Act>
 const Ops<Act>* checked_table(const Ops<Act>& tested, const Ops<Act>& reference,
-                              ExercisesIn exercises_in, int every, int steps);
+                              ExercisesIn exercises_in, int every, int steps, int first_step = 0);
 
 }  // namespace trainer

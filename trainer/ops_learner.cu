@@ -947,7 +947,7 @@ const Ops<Act>* table_for_use() {
     load<Act>(tables[kTable]);
     if (table_options.check_every <= 0) return &kExerciseTable<kTable, Act>;
     return checked_table(kExerciseTable<kTable, Act>, reference<Act>(), exercises_in<kTable>,
-                         table_options.check_every, table_options.steps);
+                         table_options.check_every, table_options.steps, table_options.first_step);
 }
 
 }  // namespace
@@ -964,5 +964,15 @@ const Ops<Act>* exercise_table(const std::string& name) {
 }
 template const Ops<float>* exercise_table<float>(const std::string&);
 template const Ops<bf16>* exercise_table<bf16>(const std::string&);
+
+template <>
+const Ops<fp16>* exercise_table<fp16>(const std::string& name) {
+    for (const char* table : kTableNames)
+        if (name == table)
+            throw std::invalid_argument("--kernels " + name +
+                                        ": module 08's exercise tables run in fp32 or bf16, not "
+                                        "fp16 (--dtype fp32 on a GPU without bf16)");
+    return nullptr;
+}
 
 }  // namespace trainer

@@ -9,12 +9,14 @@
 // gradient over the logits, and a fused AdamW. Attention in bf16 with heads of 64 or 128 is fused
 // on GPUs with bf16 tensor cores: cuDNN's flash attention reading the packed qkv in place, where
 // the build has cuDNN, else module 07's (the fast references of flash_tc and flash_backward,
-// through their contracts); elsewhere the scores are written out and softmaxed between two
-// products. Every reduction into a parameter gradient runs in a fixed order; so does everything
-// else but the fused backwards' dq (module 07's float atomics make bf16 runs with it repeat to
-// rounding rather than bit for bit; cuDNN does not promise either). In the all-fp32 mode,
-// LayerNorm's forward and the causal softmax are module 06's fast references, called through
-// their contracts.
+// through their contracts); elsewhere (fp32, fp16, other head sizes, older GPUs) the scores are
+// written out and softmaxed between two products. Every reduction into a parameter gradient runs
+// in a fixed order; so does everything else but the fused backwards' dq (module 07's float atomics
+// make bf16 runs with it repeat to rounding rather than bit for bit; cuDNN does not promise
+// either). In the all-fp32 mode, LayerNorm's forward and the causal softmax are module 06's fast
+// references, called through their contracts. fp16 (the T4's mixed precision) runs the bf16
+// mode's kernels on __half, with cuBLASLt's fp16 products; its loss scaling is the model's
+// (gpt.cu) and the loop's (train_gpt.cu).
 //
 // Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
 // Interface: ops.h
@@ -34,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "course/activation.h"
 #include "course/baselines.h"  // cuDNN's fused attention (common/baselines/cudnn_attention.cu)
 #include "course/exercise.h"
 #include "course/launch.h"
@@ -51,20 +54,9 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarp = 32;
 constexpr int kElementwiseBlock = 256;
 
-// ---- Conversions: arithmetic is float whatever the storage type ----
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-template <typename Act>
-__device__ __forceinline__ Act from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-    return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) {
-    return __float2bfloat16(x);
-}
+// Arithmetic is float whatever the storage type (the conversions: course/activation.h).
+using course::from_float;
+using course::to_float;
 
 __device__ __forceinline__ float warp_sum(float x) {
     for (int offset = kWarp / 2; offset > 0; offset /= 2)
@@ -163,6 +155,7 @@ void elementwise(Act* out, const Act* a, const Act* b, long long n) {
 
 cudaDataType_t cuda_type(float) { return CUDA_R_32F; }
 cudaDataType_t cuda_type(bf16) { return CUDA_R_16BF; }
+cudaDataType_t cuda_type(fp16) { return CUDA_R_16F; }
 
 void cublas_check(cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS)
@@ -254,8 +247,8 @@ bool gemm(Out* d, const In* a, const In* b, Fused fused, int m, int n, int k, bo
     const int align_a = alignment_of(a, stride_a * sizeof(In));
     const int align_b = alignment_of(b, stride_b * sizeof(In));
     const int align_d = alignment_of(d, stride_d * sizeof(Out));
-    const GemmKey key{std::is_same_v<In, bf16>,
-                      std::is_same_v<Out, bf16>,
+    const GemmKey key{static_cast<int>(cuda_type(In{})),
+                      static_cast<int>(cuda_type(Out{})),
                       static_cast<int>(lt_epilogue(fused)),
                       m,
                       n,
@@ -326,12 +319,11 @@ bool gemm(Out* d, const In* a, const In* b, Fused fused, int m, int n, int k, bo
         cublasLtMatmulPreferenceDestroy(preference);
         plan.runs = found_algos > 0;
         if (!plan.runs && (fused.kind == Epilogue::kNone || fused.kind == Epilogue::kBias))
-            throw std::runtime_error("cuBLASLt has no algorithm for a " +
-                                     std::string(std::is_same_v<In, bf16> ? "bf16" : "fp32") +
-                                     " product of " + std::to_string(m) + " x " +
-                                     std::to_string(n) + " x " + std::to_string(k) +
-                                     " on this GPU (bf16 needs compute capability 8.0 or newer: "
-                                     "try --dtype fp32)");
+            throw std::runtime_error(
+                "cuBLASLt has no algorithm for a " + std::string(kDtypeName<In>) + " product of " +
+                std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
+                " on this GPU (bf16 needs compute capability 8.0 or newer: "
+                "try --dtype fp16 or fp32)");
         plan.algo = heuristic.algo;
         found = state.plans.emplace(key, plan).first;
     }
@@ -770,8 +762,8 @@ __global__ void causal_softmax_backward_kernel(Act* datt, const Act* att, long l
 
 constexpr int kSoftmaxRowsPerBlock = 8;  // warps per block
 
-// Launchers: module 06's contract in fp32, the kernels above in bf16 (only heads that flash
-// attention does not take come here in bf16: speed is not what this path is for).
+// Launchers: module 06's contract in fp32, the kernels above in bf16 and fp16 (in bf16 only heads
+// that flash attention does not take come here; fp16 always does).
 template <typename Act>
 void causal_softmax(Act* att, const Act* preatt, long long rows, int T, float scale) {
     if constexpr (std::is_same_v<Act, float>) {
@@ -874,6 +866,8 @@ bool flash_attention_runs_here() {
     return runs;
 }
 
+// fp16 takes the T x T way: cuDNN's fused attention has no engine for it before compute
+// capability 8.0 (the GPUs that run the trainer in fp16), and module 07's kernels are bf16.
 template <typename Act>
 bool attention_keeps_scores(int head_size) {
     return !(std::is_same_v<Act, bf16> && (head_size == 64 || head_size == 128) &&
@@ -1248,6 +1242,7 @@ const Ops<Act>* ops_table(const std::string& name) {
 }
 template const Ops<float>* ops_table<float>(const std::string&);
 template const Ops<bf16>* ops_table<bf16>(const std::string&);
+template const Ops<fp16>* ops_table<fp16>(const std::string&);
 
 const char* ops_table_names() { return "reference, profile, learner, solutions, fast"; }
 
@@ -1263,6 +1258,7 @@ const Ops<Act>* profiled_table(const Ops<Act>& table) {
 }
 template const Ops<float>* profiled_table(const Ops<float>&);
 template const Ops<bf16>* profiled_table(const Ops<bf16>&);
+template const Ops<fp16>* profiled_table(const Ops<fp16>&);
 
 // ---- The reference's pieces that the exercise tables reuse (ops_reference.h) ----
 

@@ -2,6 +2,7 @@
 """Author script: the C++ trainer against the same model in PyTorch (needs torch and a GPU).
 
     python3 trainer/torch_check.py agree --train-gpt build/trainer/bin/train_gpt --dtype fp32
+    python3 trainer/torch_check.py agree --train-gpt build/trainer/bin/train_gpt --dtype fp16
     python3 trainer/torch_check.py bench --train-gpt build/trainer/bin/train_gpt
     python3 trainer/torch_check.py train --train-gpt build/trainer/bin/train_gpt --steps 1000
 
@@ -10,7 +11,10 @@ agree: train_gpt writes its step-0 weights, batch, logits, loss and gradients (-
     loss and every parameter's gradient, then trains the same steps (same data order, AdamW,
     schedule, clipping) and checks the losses step by step. The tolerances are stated below per
     mode: the all-fp32 trainer against fp32 PyTorch (TF32 off) agrees to rounding; the bf16
-    trainer is compared with the same fp32 PyTorch and agrees to bf16's precision.
+    trainer is compared with the same fp32 PyTorch and agrees to bf16's precision; the fp16
+    trainer (loss scaling) with PyTorch's fp16 autocast and GradScaler, the way a PyTorch user
+    trains in fp16: the step-0 gradients of the scaled loss, unscaled, and the steps' losses (a
+    step that overflowed is skipped by both), to fp16's precision.
 bench: tokens/s, MFU and peak memory of a training step of GPT-2 124M (B=16, T=1024, bf16):
     train_gpt, then PyTorch eager and torch.compile on the same model, in one process each.
 train: both train the same model from the same weights and data for --steps steps; the final
@@ -44,7 +48,11 @@ H100_PEAK_TFLOPS = 989.4  # dense bf16; train_gpt's table has the others
 TOLERANCES = {  # (loss, logits max abs, gradient max error / tensor's max |grad|, loss curve's 10-step means)
     "fp32": (1e-4, 2e-3, 2e-3, 1e-2),
     "bf16": (3e-2, 0.15, 0.1, 6e-2),
+    # fp16 keeps 3 more bits than bf16; PyTorch's autocast keeps LayerNorm and the residual
+    # stream in fp32 where train_gpt stores fp16.
+    "fp16": (1e-2, 3e-2, 3e-2, 4e-2),
 }
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16} if torch else {}
 
 
 def shapes(c):
@@ -194,25 +202,31 @@ def clip(model, max_norm=1.0):
 
 
 def train_torch(model, loader, steps, lr, warmup, autocast, seconds=None):
-    """The losses of `steps` training steps; each step's wall time appended to `seconds` if given
-    (loss.item() waits for the step's kernels)."""
+    """The losses of `steps` steps and how many were skipped. autocast: None (fp32), torch.bfloat16,
+    or torch.float16 with GradScaler (its defaults are train_gpt's: trainer/loss_scaler.h). Each
+    step's wall time is appended to `seconds` if given (loss.item() waits for the step's kernels)."""
     optimizer = make_optimizer(model, lr)
-    losses = []
+    scaler = torch.amp.GradScaler("cuda", enabled=autocast == torch.float16)
+    losses, skipped = [], 0
     for step in range(steps):
         start = time.perf_counter()
         x, y = loader.next("cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast("cuda", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             loss = model.loss(x, y)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # clipping sees the true gradients
         clip(model)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, steps, lr, warmup)
-        optimizer.step()
+        scale = scaler.get_scale()
+        scaler.step(optimizer)  # skipped where the gradients overflowed
+        scaler.update()
+        skipped += scaler.get_scale() < scale
         losses.append(loss.item())
         if seconds is not None:
             seconds.append(time.perf_counter() - start)
-    return losses
+    return losses, skipped
 
 
 def run(command, log):
@@ -251,21 +265,28 @@ def agree(args):
     targets = torch.from_numpy(dump("targets.bin", np.int32).astype(np.int64)).cuda().view(B, T)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    # fp32 PyTorch for fp32 and bf16; for fp16, PyTorch's fp16 autocast with the loss scaled as
+    # GradScaler scales it (train_gpt's dump does the same and divides the gradients back).
+    reference = AUTOCAST["fp16"] if args.dtype == "fp16" else None
     model = Gpt(c, params).cuda()
-    logits = model(inputs)
-    loss = F.cross_entropy(logits[..., :c["vocab_size"]].reshape(-1, c["vocab_size"]), targets.reshape(-1))
-    loss.backward()
+    with torch.autocast("cuda", dtype=torch.float16, enabled=reference is not None):
+        logits = model(inputs)
+    V = c["vocab_size"]
+    loss = F.cross_entropy(logits[..., :V].float().reshape(-1, V), targets.reshape(-1))
+    scaler = torch.amp.GradScaler("cuda", enabled=reference is not None)
+    scaler.scale(loss).backward()
+    loss_scale = scaler.get_scale()
     ours_logits = torch.from_numpy(dump("logits.bin", np.float32)).cuda().view(B, T, -1)
     ours_grads = torch.from_numpy(dump("grads.bin", np.float32)).cuda()
     tol_loss, tol_logits, tol_grads, tol_curve = TOLERANCES[args.dtype]
-    V = c["vocab_size"]
+    against = "PyTorch's fp16 autocast and GradScaler" if reference else "fp32 PyTorch"
     print(f"agree ({args.dtype}, model {args.model}, B={B} T={T}, --attention {args.attention}): "
-          "train_gpt against fp32 PyTorch")
+          f"train_gpt against {against}")
     ok = report("step-0 loss |difference|", abs(meta["loss"] - loss.item()), tol_loss)
-    ok &= report("step-0 logits max |difference|", (ours_logits[..., :V] - logits[..., :V]).abs().max().item(), tol_logits)
+    ok &= report("step-0 logits max |difference|", (ours_logits[..., :V] - logits[..., :V].float()).abs().max().item(), tol_logits)
     offset, worst, worst_name = 0, 0.0, ""
     for name in NAMES:
-        theirs = model.flat_grad(name)
+        theirs = model.flat_grad(name) / loss_scale
         ours = ours_grads[offset:offset + theirs.numel()]
         offset += theirs.numel()
         scale = theirs.abs().max().item()
@@ -276,7 +297,7 @@ def agree(args):
     # The same steps in PyTorch from the same weights; losses side by side.
     torch_losses = lambda autocast: train_torch(Gpt(c, params).cuda(), Loader(f"{args.data}/train_*.bin", B, T),
                                                 steps, 6e-4, steps // 10, autocast=autocast)
-    theirs = torch_losses(autocast=False)
+    theirs, their_skips = torch_losses(autocast=reference)
     ours = read_csv_losses(out / "loss.csv")
     # Judged on the means of 10 steps, the curve one plots: a step's loss is one small batch's, and
     # two bf16 runs that round differently reach slightly different weights, which one batch can
@@ -288,11 +309,16 @@ def agree(args):
     worst = gaps.index(max(gaps))
     print(f"  (one step: at most {gaps[worst]:.3e}, at step {worst + 1}: {ours[worst]:.4f} against "
           f"{theirs[worst]:.4f})")
-    if args.dtype == "bf16":  # for scale: PyTorch's own bf16 (autocast) against its fp32
-        autocast = torch_losses(autocast=True)
-        own = max(abs(a - b) for a, b in zip(means(autocast), means(theirs)))
-        one = max(abs(a - b) for a, b in zip(autocast, theirs))
-        print(f"  (PyTorch's autocast bf16 against its fp32: means {own:.3e}, one step {one:.3e})")
+    if args.dtype != "fp32":  # for scale: PyTorch's own autocast in this dtype against its fp32
+        autocast = theirs if reference is not None else torch_losses(autocast=AUTOCAST[args.dtype])[0]
+        fp32 = theirs if reference is None else torch_losses(autocast=None)[0]
+        own = max(abs(a - b) for a, b in zip(means(autocast), means(fp32)))
+        one = max(abs(a - b) for a, b in zip(autocast, fp32))
+        print(f"  (PyTorch's autocast {args.dtype} against its fp32: means {own:.3e}, one step {one:.3e})")
+    if args.dtype == "fp16":  # train_gpt prints "fp16 loss scaling: N of M steps skipped ..."
+        ours_skips = re.search(r"fp16 loss scaling: (\d+) of", (out.with_suffix(".log")).read_text())
+        print(f"  steps skipped (overflow): train_gpt {ours_skips[1] if ours_skips else '?'}, "
+              f"PyTorch's GradScaler {their_skips}")
     print("  step, train_gpt, PyTorch: " + "; ".join(
         f"{s + 1} {ours[s]:.4f} {theirs[s]:.4f}" for s in sorted({0, 4, 9, 19, 29, 39, steps - 1}) if s < steps))
     return ok
@@ -376,7 +402,7 @@ def train(args):
     torch.backends.cuda.matmul.allow_tf32 = True
     model = Gpt(meta, params).cuda()
     train_torch(model, Loader(f"{args.data}/train_*.bin", B, T), args.steps, 6e-4, args.steps // 10,
-                autocast=True)
+                autocast=torch.bfloat16)
     val = Loader(f"{args.data}/val_*.bin", B, T)
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         theirs = sum(model.loss(*val.next("cuda")).item() for _ in range(20)) / 20
@@ -394,7 +420,7 @@ def main():
     parser.add_argument("--train-gpt", default="build/trainer/bin/train_gpt")
     parser.add_argument("--data", default="data/shakespeare")
     parser.add_argument("--model", default="small")
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--attention", choices=["cudnn", "flash"], default="cudnn")
     parser.add_argument("-b", "--batch", type=int, default=4)
     parser.add_argument("-t", "--seq-len", type=int, default=256)

@@ -2,11 +2,13 @@
 // validation, checkpoints, a loss curve and samples, and generates text from a checkpoint.
 //
 // Teaches: the loop around a model. Gradient accumulation over micro-batches, the learning-rate
-// schedule (linear warmup, then cosine decay), clipping by the global gradient norm, AdamW,
-// checkpoints that resume exactly where they stopped, and how throughput is reported (tokens per
-// second, and MFU: the model's FLOPs per second as a share of what the GPU can do).
+// schedule (linear warmup, then cosine decay), clipping by the global gradient norm, AdamW, fp16's
+// dynamic loss scaling (a step whose gradients overflowed is skipped), checkpoints that resume
+// exactly where they stopped, and how throughput is reported (tokens per second, and MFU: the
+// model's FLOPs per second as a share of what the GPU can do).
 //
-// Read it top to bottom: options, the learning rate, checkpoints, sampling, then main().
+// Read it top to bottom: options, the learning rate, the loss curve of a resumed run, sampling,
+// then main(). Checkpoints: checkpoint.h.
 //
 // Run:  python3 trainer/prepare_data.py                      (once: data/shakespeare/)
 //       build/trainer/bin/train_gpt -m tiny --steps 200       (seconds)
@@ -15,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,16 +26,19 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "course/check.h"
 #include "data.h"
 #include "data_parallel.h"
 #include "gpt.h"
+#include "loss_scaler.h"
 
 namespace trainer {
 namespace {
@@ -43,7 +49,7 @@ struct Options {
     std::string data = "data/shakespeare";  // DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin
     std::string train, val, tokenizer;      // each overrides its part of --data
     std::string model = "tiny";
-    std::string dtype;  // bf16 (default where the GPU has it) or fp32
+    std::string dtype;  // bf16 (default where the GPU has it), fp16 (default elsewhere) or fp32
     std::string kernels = "reference";
     std::string kernel_choices;       // module 08: which exercise runs each op (ops.h)
     int check_ops = 0;                // module 08: compare each exercise's op with the reference
@@ -56,6 +62,10 @@ struct Options {
     unsigned long long seed = 1337;
     int val_every = 50, val_batches = 10;
     int checkpoint_every = 0, sample_every = 0, sample_length = 128;
+    // A run that can stop and go on (--resume): DIR/latest.ckpt every so many seconds, and
+    // stops before a time limit or at a step (0: never).
+    double checkpoint_seconds = 0.0, time_limit = 0.0;
+    int stop_at = 0;
     float temperature = 1.0f;
     int top_k = 40;
     std::string out = "out";
@@ -79,7 +89,8 @@ data
   --train GLOB --val GLOB --tokenizer FILE   override one part of --data (llm.c's shards work)
 model
   -m, --model NAME      tiny, small, gpt2-124m                              [tiny]
-  --dtype bf16|fp32     mixed precision (fp32 master weights) or all-fp32   [bf16; fp32 before sm_80]
+  --dtype NAME          bf16 or fp16: mixed precision, fp32 master weights  [bf16; fp16
+                        (fp16 with dynamic loss scaling); fp32: all-fp32    before sm_80]
   --kernels NAME        the table of ops (trainer/ops.h): reference, profile [reference]
                         (the reference, each op timed), learner (your exercises' kernels, module
                         08), solutions (the course's readable solutions in their place),
@@ -90,7 +101,8 @@ model
                         exercise, on step 0 and every N steps, and stop where they differ [0: off]
   --profile             time each op of the table alone (GPU time per op at exit)
   --attention NAME      bf16 attention: cudnn (cuDNN's fused attention,       [cudnn]
-                        where the build has cuDNN) or flash (module 07's kernels)
+                        where the build has cuDNN) or flash (module 07's kernels);
+                        fp16 and fp32: cuBLAS products and a causal softmax
 batch
   -b N                  sequences per micro-batch                           [4]
   -t N                  tokens per sequence                                 [the model's context]
@@ -109,13 +121,23 @@ evaluation and output
   --val-batches N       micro-batches of validation                         [10]
   --out DIR             loss.csv and model.ckpt go here                     [out]
   --checkpoint-every N  also save model_step<N>.ckpt every N steps          [0: at the end only]
-  --no-checkpoint       save no checkpoint (timing runs)
-  --resume FILE         continue from a checkpoint (same model)
+  --no-checkpoint       save no model.ckpt at the end (timing runs)
+  --resume FILE         continue from a checkpoint (same model); loss.csv in --out keeps its
+                        rows up to the checkpoint's step and goes on from there
   --sample-every N      print a sample every N steps (0: at the end only)   [0]
   --sample-length N --temperature X --top-k N                               [128 1.0 40]
   --generate            only sample from --resume's model
   --dump-step0 DIR      write step 0's weights, batch, logits, loss and gradients (the PyTorch check)
-  --peak-tflops X       the GPU's dense bf16 peak, for MFU                  [from the GPU's name]
+  --peak-tflops X       the GPU's dense 16-bit peak, for MFU                [from the GPU's name]
+stopping and going on (a long run in pieces)
+  --checkpoint-seconds S  keep DIR/latest.ckpt (DIR: --out), saved again    [0: never]
+                        whenever S seconds have passed since the last save: a run stopped any
+                        way (Ctrl-C, a lost session) goes on from it with --resume
+                        DIR/latest.ckpt; removed when the run ends
+  --time-limit S        stop before S seconds from the start: where the     [0: none]
+                        next step (with its validation and a checkpoint) would end later, save
+                        DIR/latest.ckpt and exit with status 3 (--resume DIR/latest.ckpt goes on)
+  --stop-at N           the same after N steps of the --steps schedule      [0: never]
 several GPUs of this machine
   trainer/launch.sh N [options]   one process per GPU, the gradients summed by NCCL every step;
                         -b is per GPU (N GPUs at -b B take the steps of one at -b N*B)
@@ -222,6 +244,12 @@ Options parse_options(int argc, char** argv) {
             number(&o.checkpoint_every);
         else if (flag == "--resume")
             o.resume = value;
+        else if (flag == "--checkpoint-seconds")
+            number(&o.checkpoint_seconds);
+        else if (flag == "--time-limit")
+            number(&o.time_limit);
+        else if (flag == "--stop-at")
+            number(&o.stop_at);
         else if (flag == "--sample-every")
             number(&o.sample_every);
         else if (flag == "--sample-length")
@@ -252,8 +280,15 @@ Options parse_options(int argc, char** argv) {
     if (o.zero != 0 && o.zero != 1)
         usage_error("--zero " + std::to_string(o.zero) + ": 0 or 1 (ZeRO-1 shards the optimizer)");
     if (o.bucket_mb < 0) usage_error("--bucket-mb must be 0 or more");
+    if (!o.dtype.empty() && o.dtype != "bf16" && o.dtype != "fp16" && o.dtype != "fp32")
+        usage_error("--dtype " + o.dtype + ": bf16, fp16 or fp32");
+    if (o.dtype == "fp16") exercise_table<fp16>(o.kernels);  // throws for module 08's tables
+    if (o.checkpoint_seconds < 0 || o.time_limit < 0)
+        usage_error("--checkpoint-seconds and --time-limit must be 0 or more");
+    if (o.stop_at >= o.steps && o.stop_at > 0)
+        usage_error("--stop-at " + std::to_string(o.stop_at) +
+                    " is not before the last step (--steps " + std::to_string(o.steps) + ")");
     allow_cudnn_attention(o.attention == "cudnn");
-    configure_exercise_tables({o.kernel_choices, o.check_ops, o.steps});
     return o;
 }
 
@@ -267,75 +302,37 @@ float learning_rate(const Options& o, int step) {
     return static_cast<float>(min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
-// ---- Checkpoints: the model's shape, where training stands, weights and optimizer state ----
+// ---- The loss curve of a resumed run ----
 
-constexpr std::int32_t kCheckpointMagic = 0x47505431;  // "GPT1"
-constexpr int kCheckpointHeaderInts = 64;
+// loss.csv's first line.
+constexpr const char* kLossCurveHeader =
+    "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
 
-struct Checkpoint {
-    GptConfig config;
-    int step = 0;                       // optimizer steps done
-    std::size_t shard = 0, offset = 0;  // where the training data continues
-    std::vector<float> params, m, v;
-};
-
-std::string describe(const GptConfig& c) {
-    return "L=" + std::to_string(c.layers) + " C=" + std::to_string(c.channels) +
-           " NH=" + std::to_string(c.heads) + " T=" + std::to_string(c.max_seq_len) +
-           " V=" + std::to_string(c.vocab_size);
-}
-
-void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
-    std::int32_t header[kCheckpointHeaderInts] = {};
-    const GptConfig& c = checkpoint.config;
-    const std::int32_t fields[] = {kCheckpointMagic,
-                                   1,
-                                   c.layers,
-                                   c.channels,
-                                   c.heads,
-                                   c.max_seq_len,
-                                   c.vocab_size,
-                                   c.padded_vocab_size,
-                                   checkpoint.step,
-                                   static_cast<std::int32_t>(checkpoint.shard),
-                                   static_cast<std::int32_t>(checkpoint.offset >> 31),
-                                   static_cast<std::int32_t>(checkpoint.offset & 0x7fffffff)};
-    std::copy(std::begin(fields), std::end(fields), header);
-    // Written beside the target, then renamed over it: a crash leaves the old checkpoint whole.
+// The loss curve of a resumed run: the training rows of the steps up to the checkpoint's are
+// kept, then the resumed steps are appended. A run stopped after its checkpoint may have written
+// rows beyond it (the last one cut short, where it was killed); they go, so that the curve reads
+// as the uninterrupted run's. A validation-only row ends a finished run: it goes too. Written
+// beside the file, then renamed over it.
+void keep_loss_rows(const std::string& path, int last_step) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string kept = kLossCurveHeader;
+    // Whole lines only: a line without its newline was cut short.
+    for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos;
+         start = end + 1) {
+        const std::string row = text.substr(start, end + 1 - start);
+        const std::size_t comma = row.find(',');
+        const bool trained = std::isdigit(static_cast<unsigned char>(row[0])) &&
+                             comma != std::string::npos && row[comma + 1] != ',';
+        if (trained && std::atoi(row.c_str()) <= last_step) kept += row;
+    }
     const std::string temporary = path + ".partial";
     {
-        std::ofstream file(temporary, std::ios::binary);
-        file.write(reinterpret_cast<const char*>(header), sizeof header);
-        for (const auto* part : {&checkpoint.params, &checkpoint.m, &checkpoint.v})
-            file.write(reinterpret_cast<const char*>(part->data()), part->size() * sizeof(float));
-        if (!file) throw std::runtime_error(temporary + ": cannot write the checkpoint");
+        std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+        file << kept;
+        if (!file) throw std::runtime_error(temporary + ": cannot write the loss curve");
     }
     std::filesystem::rename(temporary, path);
-}
-
-Checkpoint load_checkpoint(const std::string& path) {
-    std::ifstream file(path, std::ios::binary | std::ios::ate);
-    if (!file) throw std::runtime_error(path + ": cannot open the checkpoint");
-    const std::streamoff bytes = file.tellg();
-    file.seekg(0);
-    std::int32_t header[kCheckpointHeaderInts] = {};
-    if (!file.read(reinterpret_cast<char*>(header), sizeof header) || header[0] != kCheckpointMagic)
-        throw std::runtime_error(path + ": not a train_gpt checkpoint");
-    Checkpoint checkpoint;
-    checkpoint.config = {header[2], header[3], header[4], header[5], header[6], header[7]};
-    checkpoint.step = header[8];
-    checkpoint.shard = static_cast<std::size_t>(header[9]);
-    checkpoint.offset =
-        (static_cast<std::size_t>(header[10]) << 31) | static_cast<std::size_t>(header[11]);
-    const std::size_t count = param_layout(checkpoint.config).total;
-    if (bytes != static_cast<std::streamoff>(sizeof header + 3 * count * sizeof(float)))
-        throw std::runtime_error(path + ": truncated checkpoint (" + std::to_string(bytes) +
-                                 " bytes for a model of " + describe(checkpoint.config) + ")");
-    for (auto* part : {&checkpoint.params, &checkpoint.m, &checkpoint.v}) {
-        part->resize(count);
-        file.read(reinterpret_cast<char*>(part->data()), count * sizeof(float));
-    }
-    return checkpoint;
 }
 
 // ---- Sampling ----
@@ -381,7 +378,8 @@ std::string generate(Gpt<Act>& model, const Tokenizer& tokenizer, const Options&
 
 // ---- Throughput ----
 
-// Dense bf16 tensor-core peaks (TFLOP/s) by GPU name, for MFU; 0 where unknown.
+// Dense 16-bit tensor-core peaks (TFLOP/s) by GPU name, for MFU (bf16 and fp16 are the same
+// where both exist; the T4's is fp16's); 0 where unknown.
 double peak_tflops_of(const std::string& name) {
     struct Peak {
         const char* name;
@@ -425,8 +423,13 @@ void dump_step0(Gpt<Act>& model, TokenLoader& loader, const Options& o, int T) {
     const float loss = model.loss(inputs.data(), targets.data(), o.batch, T);
     write_array(dir + "logits.bin", model.logits(o.batch, T));
     model.zero_grads();
-    model.forward_backward(inputs.data(), targets.data(), o.batch, T, 1.0f / (o.batch * T));
-    write_array(dir + "grads.bin", model.grads());
+    // fp16: the backward from the loss scaled as the first step scales it, the gradients divided
+    // back (exactly: the scale is a power of two), as PyTorch's GradScaler unscales them.
+    const float loss_scale = std::is_same_v<Act, fp16> ? LossScaler::kInitialScale : 1.0f;
+    model.forward_backward(inputs.data(), targets.data(), o.batch, T, loss_scale / (o.batch * T));
+    std::vector<float> grads = model.grads();
+    for (float& g : grads) g /= loss_scale;
+    write_array(dir + "grads.bin", grads);
     model.zero_grads();
     const GptConfig& c = model.config();
     std::ofstream meta(dir + "meta.txt");
@@ -439,6 +442,11 @@ void dump_step0(Gpt<Act>& model, TokenLoader& loader, const Options& o, int T) {
 }
 
 // ---- Training ----
+
+// The exit status of a run stopped by --time-limit or --stop-at (its latest.ckpt goes on).
+constexpr int kStopped = 3;
+// --time-limit counts from here.
+const auto program_start = std::chrono::steady_clock::now();
 
 template <typename Act>
 int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, TokenLoader* train,
@@ -473,9 +481,23 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         static_cast<long long>(o.batch) * T * o.grad_accum * gpus;
     const double flops_per_step = flops_per_token(config, T) * tokens_per_step;
     const double peak = o.peak_tflops > 0 ? o.peak_tflops : peak_tflops_of(gpu_name);
+    std::string precision = kDtypeName<Act>;
+    if (!std::is_same_v<Act, float>) precision += " with fp32 master weights";
+    if (std::is_same_v<Act, fp16>) precision += " and dynamic loss scaling";
     std::printf("model %s (%s), %.1fM parameters, %s, kernels: %s\n", o.model.c_str(),
-                describe(config).c_str(), param_layout(config).total / 1e6,
-                std::is_same_v<Act, float> ? "fp32" : "bf16 with fp32 master weights", ops->name);
+                describe(config).c_str(), param_layout(config).total / 1e6, precision.c_str(),
+                ops->name);
+    const int head_size = config.channels / config.heads;
+    if (!ops->attention_keeps_scores(head_size))
+        std::printf("attention: fused, %s\n",
+                    o.attention == "cudnn" ? "cuDNN's (module 07's flash kernels where it refuses)"
+                                           : "module 07's flash kernels (--attention flash)");
+    else
+        std::printf("attention: the T x T way, cuBLAS products and a causal softmax (%s)\n",
+                    !std::is_same_v<Act, bf16> ? "the fused kernels here are bf16's"
+                    : head_size == 64 || head_size == 128
+                        ? "the fused kernels need compute capability 8.0 in the GPU and the build"
+                        : "the fused kernels take heads of 64 or 128");
     std::printf(
         "batch %d x %d tokens x %d micro-batches x %d GPUs = %lld tokens per step, %d steps; GPU "
         "%s, %.2f GiB allocated\n",
@@ -495,9 +517,10 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     const bool append = resumed && std::filesystem::exists(csv_path);
     std::ofstream csv;  // rank 0's: the other ranks' writes go nowhere
     if (ranks.main()) {
+        if (append) keep_loss_rows(csv_path, resumed->step);
         csv.open(csv_path, append ? std::ios::app : std::ios::trunc);
         if (!csv) throw std::runtime_error(csv_path + ": cannot write the loss curve");
-        if (!append) csv << "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n";
+        if (!append) csv << kLossCurveHeader;
     }
 
     auto validation_loss = [&]() {
@@ -510,23 +533,75 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         }
         return static_cast<float>(sum / o.val_batches);
     };
+    // fp16's loss scaling (loss_scaler.h): the backward starts from the loss times scaler.scale(),
+    // the update divides it out; bf16 and fp32 keep a scale of 1.
+    constexpr bool scaled = std::is_same_v<Act, fp16>;
+    LossScaler scaler(scaled ? LossScaler::kInitialScale : 1.0f);
+    if (scaled && resumed) restore_loss_scaler(*resumed, &scaler);
     // Rank 0 writes; sharded, every rank takes part in gathering the weights and moments.
     auto save = [&](int step, const std::string& name) {
+        csv.flush();  // the loss curve's rows up to `step` are on disk before its checkpoint is
         if (!sharded && !ranks.main()) return;
         Checkpoint checkpoint{config, step, train->shard_index(), train->offset(), model.params(),
                               {},     {}};
         model.optimizer_state(&checkpoint.m, &checkpoint.v);
+        if (scaled) record_loss_scaler(scaler, &checkpoint);
         if (ranks.main()) save_checkpoint(o.out + "/" + name, checkpoint);
+    };
+
+    // Stopping and going on: before each step, save DIR/latest.ckpt where --checkpoint-seconds
+    // have passed since the last save, and stop (after saving it) at --stop-at, or where the
+    // step, its validation and a save would end past --time-limit. The estimates are this
+    // process's last step, validation and save; until a save is timed, 0.5 GB/s.
+    const bool resumable = o.checkpoint_seconds > 0 || o.time_limit > 0 || o.stop_at > 0;
+    const std::string latest = o.out + "/latest.ckpt";
+    auto since = [](std::chrono::steady_clock::time_point then) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - then).count();
+    };
+    auto last_save = std::chrono::steady_clock::now();
+    double step_estimate = 0.0, val_estimate = -1.0;
+    double save_estimate = 3.0 * sizeof(float) * param_layout(config).total / 0.5e9;
+    // Every rank takes the same decision (a sharded save gathers from all; a stop ends them all).
+    auto agreed = [&](bool wanted) {
+        return ranks.processes() > 1 ? ranks.mean(wanted ? 1.0f : 0.0f) > 0.0f : wanted;
     };
 
     std::vector<int> inputs, targets, others_inputs, others_targets;
     double timed_seconds = 0.0;
     int timed_steps = 0;
     std::size_t peak_used = 0;
-    for (int step = resumed ? resumed->step : 0; step < o.steps; ++step) {
+    const int first = resumed ? resumed->step : 0;
+    for (int step = first; step < o.steps; ++step) {
+        const bool validates = val && step % o.val_every == 0;
+        if (resumable && step > first) {
+            // The last step is followed by the final validation.
+            const int validations = validates + (val && step == o.steps - 1);
+            const double val_seconds = val_estimate >= 0
+                                           ? val_estimate
+                                           : step_estimate * o.val_batches / (3.0 * o.grad_accum);
+            const bool late =
+                o.time_limit > 0 &&
+                since(program_start) + step_estimate + validations * val_seconds + save_estimate >
+                    o.time_limit;
+            const bool stop = agreed(step == o.stop_at || late);
+            if (stop ||
+                agreed(o.checkpoint_seconds > 0 && since(last_save) >= o.checkpoint_seconds)) {
+                const auto start = std::chrono::steady_clock::now();
+                save(step, "latest.ckpt");
+                save_estimate = since(start);
+                last_save = std::chrono::steady_clock::now();
+            }
+            if (stop) {
+                std::printf("stopped after step %d of %d (%s): --resume %s goes on\n", step,
+                            o.steps, late ? "--time-limit" : "--stop-at", latest.c_str());
+                return kStopped;
+            }
+        }
         float val_loss = NAN;
-        if (val && step % o.val_every == 0) {
+        if (validates) {
+            const auto start = std::chrono::steady_clock::now();
             val_loss = validation_loss();
+            val_estimate = since(start);
             std::printf("step %5d | val loss %.4f\n", step, val_loss);
         }
         if (ranks.main() && o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
@@ -536,6 +611,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             save(step, "model_step" + std::to_string(step) + ".ckpt");
 
         const auto start = std::chrono::steady_clock::now();
+        const float scale = scaler.scale();
         model.zero_grads();
         double loss = 0.0;
         for (int micro = 0; micro < o.grad_accum; ++micro) {
@@ -548,7 +624,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
             // ranks may start as it goes.
             const bool last = micro == o.grad_accum - 1;
             loss += model.forward_backward(inputs.data(), targets.data(), o.batch, T,
-                                           1.0f / tokens_per_step,
+                                           scale / tokens_per_step,
                                            last ? ranks.gradients_finished() : nullptr) /
                     o.grad_accum;
         }
@@ -557,15 +633,30 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         ranks.sum_gradients(model.device_grads(), model.gradient_slice());
         loss = ranks.mean(static_cast<float>(loss));
         const float lr = learning_rate(o, step);
-        const float norm =
-            model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip, step + 1);
+        // AdamW counts the steps it took (its bias correction): a skipped step is not one.
+        const float norm = model.update(lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.clip,
+                                        step + 1 - static_cast<int>(scaler.skipped()), scale);
         CUDA_CHECK(cudaDeviceSynchronize());
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (!std::isfinite(loss))
-            throw std::runtime_error("the loss is " + std::to_string(loss) + " at step " +
-                                     std::to_string(step) + ": lower the learning rate (--lr)");
-        if (step == (resumed ? resumed->step : 0)) {
+            throw std::runtime_error(
+                "the loss is " + std::to_string(loss) + " at step " + std::to_string(step) +
+                ": lower the learning rate (--lr)" +
+                (scaled ? " (or train in fp32: an fp16 activation may have passed 65504)" : ""));
+        // An overflow in the scaled backward: the step was not taken (fp16). Elsewhere the
+        // gradient of a finite loss is not inf or NaN unless the run diverges.
+        if (!scaled && !std::isfinite(norm))
+            throw std::runtime_error("the gradient's norm is " + std::to_string(norm) +
+                                     " at step " + std::to_string(step) +
+                                     ": lower the learning rate (--lr)");
+        const bool taken = !scaled || scaler.update(std::isfinite(norm));
+        std::string scaling;  // what the loss scaler did, where it did something
+        if (scaled && scaler.scale() != scale)
+            scaling = (taken ? " | loss scale up to " : " | overflow: step skipped, loss scale ") +
+                      std::to_string(static_cast<long long>(scaler.scale()));
+        step_estimate = seconds;
+        if (step == first) {
             std::size_t free_bytes = 0, total_bytes = 0;
             CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
             peak_used = total_bytes - free_bytes;
@@ -584,9 +675,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (std::isfinite(mfu)) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mfu);
         std::printf(
             "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | "
-            "left %s\n",
+            "left %s%s\n",
             step + 1, o.steps, loss, lr, norm, 1e3 * seconds, tokens_per_s, mfu_text,
-            duration(mean_step * (o.steps - step - 1)).c_str());
+            duration(mean_step * (o.steps - step - 1)).c_str(), scaling.c_str());
         std::fflush(stdout);
         csv << step + 1 << ',' << loss << ','
             << (std::isnan(val_loss) ? "" : std::to_string(val_loss)) << ',' << lr << ',' << norm
@@ -598,6 +689,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         csv << o.steps << ",," << val_loss << ",,,,\n";
     }
     if (o.save) save(o.steps, "model.ckpt");
+    if (ranks.main()) std::filesystem::remove(latest);  // the run ended: nothing to go on from
     if (timed_steps > 0) {
         const double tokens_per_s = tokens_per_step * timed_steps / timed_seconds;
         std::printf("mean over %d steps: %.1f ms/step, %.0f tok/s", timed_steps,
@@ -610,6 +702,9 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         std::printf("; GPU memory in use after the first step: %.2f GiB\n",
                     peak_used / 1073741824.0);
     }
+    if (scaled)
+        std::printf("fp16 loss scaling: %ld of %d steps skipped (overflow), loss scale %.0f\n",
+                    scaler.skipped(), o.steps, scaler.scale());
     if (o.save) std::printf("checkpoint: %s/model.ckpt\n", o.out.c_str());
     std::printf("loss curve: %s\n", csv_path.c_str());
     if (o.sample_length > 0 && ranks.main())
@@ -642,6 +737,10 @@ int main_checked(int argc, char** argv) {
                                      describe(resumed->config) + ", this run builds " +
                                      describe(config) + " (another --model or tokenizer?)");
     }
+    // The op check counts the steps from the checkpoint's: a resumed run checks the steps that
+    // an uninterrupted one would.
+    configure_exercise_tables(
+        {o.kernel_choices, o.check_ops, o.steps, resumed ? resumed->step : 0});
     if (tokenizer.vocab_size() != config.vocab_size)
         throw std::runtime_error(o.tokenizer + ": a vocabulary of " +
                                  std::to_string(tokenizer.vocab_size()) + ", the model has " +
@@ -666,20 +765,26 @@ int main_checked(int argc, char** argv) {
         throw std::runtime_error("rank " + std::to_string(ranks.rank()) + ": cannot quiet stdout");
     cudaDeviceProp properties{};
     CUDA_CHECK(cudaGetDeviceProperties(&properties, ranks.rank()));
+    // bf16 has fp32's range (no loss scaling) and tensor cores from compute capability 8.0; before
+    // that, fp16's tensor cores (7.0 and newer: the T4 is 7.5) with loss scaling.
     const bool has_bf16 = properties.major >= 8;
-    const std::string dtype = o.dtype.empty() ? (has_bf16 ? "bf16" : "fp32") : o.dtype;
+    const std::string dtype = o.dtype.empty() ? (has_bf16 ? "bf16" : "fp16") : o.dtype;
+    if (o.dtype.empty())
+        std::printf("--dtype %s: the default on %s (compute capability %d.%d; bf16 from 8.0)\n",
+                    dtype.c_str(), properties.name, properties.major, properties.minor);
     if (dtype == "bf16") {
         if (!has_bf16)
             throw std::runtime_error(std::string(properties.name) +
                                      " has no bf16 tensor cores (compute capability 8.0 or newer): "
-                                     "use --dtype fp32");
+                                     "use --dtype fp16 or fp32");
         return run<bf16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
                          properties.name, ranks);
     }
-    if (dtype == "fp32")
-        return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
-                          properties.name, ranks);
-    usage_error("--dtype " + dtype + ": bf16 or fp32");
+    if (dtype == "fp16")
+        return run<fp16>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                         properties.name, ranks);
+    return run<float>(o, config, tokenizer, train.get(), val.get(), resumed.get(), T,
+                      properties.name, ranks);
 }
 
 }  // namespace

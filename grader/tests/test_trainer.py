@@ -461,3 +461,107 @@ def test_an_op_left_to_another_plugged_op_is_reported_with_the_notes():
     assert seen.notes == ["linear_backward: not plugged: its two products on gemm's kernel (fast: "
                           "05_gemm_advanced/wgmma_gemm), the bias gradient by the table's column "
                           "sums"]
+
+
+# ---- The full run stopped and going on ----
+
+def full_run(course: Path, out: str, *options: str):
+    return invoke(course, "train", "--model", "small", "--steps", "120", "--out", out, *options)
+
+
+@pytest.fixture
+def going_on(course, monkeypatch):
+    """A GPU, a learner exercise that passes, steps of half a second on the stand-in trainer's
+    clock and a grader clock that stands still: --max-minutes 1 leaves each run 40 s (60 s less
+    the 20 s kept for the end), 80 steps."""
+    monkeypatch.setattr(tools_cli, "gpu_visible", lambda: True)
+    monkeypatch.setattr(trainer, "clock", lambda: 0.0)
+    monkeypatch.setenv("FAKE_STEP_S", "0.5")
+    passed(course, "01_fixture/passes")
+    for out in course.glob("out-*"):
+        shutil.rmtree(out)
+    straight = full_run(course, "out-straight")
+    assert straight.exit_code == 0, straight.stderr
+    return straight
+
+
+def rows_of(course: Path, folder: str) -> list[str]:
+    return (course / folder / "loss.csv").read_text().splitlines()
+
+
+def test_max_minutes_stops_at_a_checkpoint_and_the_same_command_goes_on(course, going_on):
+    first = full_run(course, "out-stopped", "--max-minutes", "1")
+    assert first.exit_code == 3, first.stderr
+    assert first.stdout.splitlines() == [
+        "stopped to end within --max-minutes 1: the reference run at step 80 of 120, the run with "
+        "your kernels at step 0 of 120",
+        "go on with: grader train --model small --steps 120 --out out-stopped --max-minutes 1"]
+    assert len(rows_of(course, "out-stopped/small-reference")) == 1 + 80
+    second = full_run(course, "out-stopped", "--max-minutes", "1")
+    assert second.exit_code == 3, second.stderr
+    assert "the reference run goes on from step 80 (out-stopped/small-reference/latest.ckpt)" \
+        in second.stderr
+    assert second.stdout.splitlines()[0] == (
+        "stopped to end within --max-minutes 1: the reference run at step 120 of 120, the run "
+        "with your kernels at step 80 of 120")
+    third = full_run(course, "out-stopped", "--max-minutes", "1")
+    assert third.exit_code == 0, third.stderr
+    assert "the run with your kernels goes on from step 80" in third.stderr
+    # The curves continued, and the report as an uninterrupted run's: the op check of step 0 (in
+    # the first command of the table's run) included.
+    for run in ("small-reference", "small-learner"):
+        assert rows_of(course, f"out-stopped/{run}") == rows_of(course, f"out-straight/{run}")
+        assert not (course / "out-stopped" / run / "latest.ckpt").exists()
+    assert third.stdout == going_on.stdout.replace("out-straight/", "out-stopped/")
+    assert "op check on 1 steps" in third.stdout
+
+
+def test_a_lost_session_goes_on_from_the_last_checkpoint(course, going_on, monkeypatch):
+    # Steps of 1 s: a checkpoint every 60 steps; killed after step 100, with rows past the
+    # checkpoint on disk and the last one cut short.
+    monkeypatch.setenv("FAKE_STEP_S", "1")
+    monkeypatch.setenv("FAKE_TRAINER", "killed:100")
+    lost = full_run(course, "out-lost")
+    assert lost.exit_code == 1
+    assert lost.stdout.splitlines()[-1] == ("the run stopped: exit status -9 (the same command "
+                                            "goes on from its checkpoint of step 60)")
+    assert rows_of(course, "out-lost/small-learner")[-1] == "101,4.0"
+    monkeypatch.delenv("FAKE_TRAINER")
+    again = full_run(course, "out-lost")
+    assert again.exit_code == 0, again.stderr
+    assert "the run with your kernels goes on from step 60" in again.stderr
+    assert "reused" in again.stderr  # the reference had finished
+    assert (rows_of(course, "out-lost/small-learner")
+            == rows_of(course, "out-straight/small-learner"))
+    assert again.stdout == going_on.stdout.replace("out-straight/", "out-lost/")
+
+
+def test_a_stopped_run_is_not_taken_over_by_other_settings(course, going_on):
+    assert full_run(course, "out-other", "--max-minutes", "1").exit_code == 3
+    other = invoke(course, "train", "--model", "small", "--steps", "100", "--out", "out-other")
+    assert other.exit_code == 2
+    assert other.stderr.splitlines()[-1] == (
+        "Error: out-other/small-reference holds the reference run stopped at step 80 with other "
+        "settings: go on with `grader train --model small --steps 120 --out out-other "
+        "--max-minutes 1`, or start over with --restart")
+    # The table's run stopped with other kernels: the learner's choice changed since.
+    assert full_run(course, "out-other", "--max-minutes", "1").exit_code == 3
+    choose(course, "01_fixture/mismatch")
+    kernels = full_run(course, "out-other", "--max-minutes", "1")
+    assert kernels.exit_code == 2
+    assert kernels.stderr.splitlines()[-1] == (
+        "Error: out-other/small-learner holds the run with your kernels stopped at step 80 with "
+        "other kernels (double 01_fixture/passes; now double 01_fixture/mismatch): choose them "
+        "again to go on, or start over with --restart")
+    # The same command where the trainer's arguments differ (here the dtype, as on another GPU).
+    (course / CONFIG).write_text('dtype = "fp32"\n[ops]\ndouble = "auto"\n')
+    dtype = full_run(course, "out-other", "--max-minutes", "1")
+    assert dtype.exit_code == 2
+    assert dtype.stderr.splitlines()[-1] == (
+        "Error: out-other/small-learner holds the run with your kernels stopped at step 80 with "
+        "other trainer arguments (`--dtype bf16`, now `--dtype fp32`): start over with --restart")
+    shutil.copy(FIXTURE_TRAINER / CONFIG, course / CONFIG)
+    restarted = invoke(course, "train", "--model", "small", "--steps", "100", "--out",
+                       "out-other", "--restart")
+    assert restarted.exit_code == 0 and "goes on" not in restarted.stderr
+    assert len(rows_of(course, "out-other/small-reference")) == 1 + 100 + 1

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 
+#include "course/activation.h"
 #include "course/gemm_layout.h"
 #include "course/tensor_element.h"
 
@@ -114,14 +115,8 @@ __device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
 #endif
 }
 
-// An Element as a float.
-__device__ __forceinline__ float to_float(Element x) {
-#if defined(COURSE_FP16_TENSOR_CORES)
-    return __half2float(x);
-#else
-    return __bfloat162float(x);
-#endif
-}
+// An Element (or a float) as a float: the course's one conversion (course/activation.h).
+using course::to_float;
 
 // cp.async of 16 bytes, global to shared, bypassing registers (and L1: .cg). With `valid` false
 // nothing is read and the 16 bytes are zero-filled (a row past the end of the tensor).

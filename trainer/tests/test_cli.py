@@ -33,6 +33,17 @@ def test_unknown_attention(train_gpt):
     assert code == 2 and "--attention fast: cudnn or flash" in line
 
 
+def test_unknown_dtype(train_gpt):
+    code, line = fails(train_gpt, "--dtype", "fp8")
+    assert code == 2 and "--dtype fp8: bf16, fp16 or fp32" in line
+
+
+@pytest.mark.parametrize("table", ["learner", "solutions", "fast"])
+def test_fp16_has_no_exercise_tables(train_gpt, table):
+    code, line = fails(train_gpt, "--dtype", "fp16", "--kernels", table)
+    assert code == 2 and "module 08's exercise tables run in fp32 or bf16, not fp16" in line
+
+
 def test_check_ops_takes_a_number_of_steps(train_gpt):
     code, line = fails(train_gpt, "--kernels", "learner", "--check-ops", "often")
     assert code == 2 and "--check-ops takes a number, not 'often'" in line
@@ -41,6 +52,16 @@ def test_check_ops_takes_a_number_of_steps(train_gpt):
 def test_kernel_choices_needs_a_file(train_gpt):
     code, line = fails(train_gpt, "--kernels", "learner", "--kernel-choices")
     assert code == 2 and "--kernel-choices needs a value" in line
+
+
+def test_stop_at_must_come_before_the_last_step(train_gpt):
+    code, line = fails(train_gpt, "--steps", 40, "--stop-at", 40)
+    assert code == 2 and "--stop-at 40 is not before the last step (--steps 40)" in line
+
+
+def test_time_limit_is_not_negative(train_gpt):
+    code, line = fails(train_gpt, "--time-limit", -5)
+    assert code == 2 and "--checkpoint-seconds and --time-limit must be 0 or more" in line
 
 
 def test_missing_shards(train_gpt, byte_data, tmp_path):
@@ -86,11 +107,12 @@ def test_without_a_gpu_says_so(train_gpt, byte_data):
     assert result.stderr.strip() == "train_gpt: error: no CUDA GPU is visible: the trainer needs one"
 
 
-def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_path):
+@pytest.mark.parametrize("dtype", [[], ["--dtype", "fp16"]], ids=["default", "fp16"])
+def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_path, dtype):
     """40 steps straight, and 20 steps resumed from the checkpoint of step 20: the same losses,
-    bit for bit (weights, optimizer state and data position all come back)."""
+    bit for bit (weights, optimizer state, data position and fp16's loss scale all come back)."""
     common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "0",
-              "--sample-length", "8"]
+              "--sample-length", "8", *dtype]
     straight = subprocess.run([train_gpt, *common, "--checkpoint-every", "20", "--out", str(tmp_path / "a")],
                               capture_output=True, text=True, errors="replace", timeout=300)
     if "no CUDA GPU" in straight.stderr:
@@ -101,3 +123,37 @@ def test_resumed_run_repeats_the_uninterrupted_one(train_gpt, byte_data, tmp_pat
     assert resumed.returncode == 0, resumed.stderr
     losses = lambda run: [line.split(",")[:2] for line in (tmp_path / run / "loss.csv").read_text().splitlines()[1:]]
     assert losses("b") == losses("a")[20:]
+    # fp16: the steps skipped over the whole run and the final scale, as the uninterrupted run's.
+    scaling = lambda run: [line for line in run.stdout.splitlines() if line.startswith("fp16 loss scaling:")]
+    assert scaling(resumed) == scaling(straight)
+
+
+@pytest.mark.parametrize("dtype", [[], ["--dtype", "fp16"]], ids=["default", "fp16"])
+def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt, byte_data, tmp_path, dtype):
+    """Stopped after step 20 (--stop-at: exit status 3, latest.ckpt saved; step 20's validation is
+    the resumed run's), with rows past the checkpoint left in loss.csv as a killed run leaves them,
+    the last one cut short; resumed in the same folder: the loss curve is the uninterrupted run's,
+    bit for bit, validations included (in fp16, the loss scaler's steps skipped and final scale
+    too), and latest.ckpt is gone."""
+    common = ["--data", str(byte_data), "-m", "tiny", "-b", "4", "--steps", "40", "--val-every", "10",
+              "--val-batches", "2", "--sample-length", "0", "--no-checkpoint", *dtype]
+    straight = subprocess.run([train_gpt, *common, "--out", str(tmp_path / "a")],
+                              capture_output=True, text=True, errors="replace", timeout=300)
+    if "no CUDA GPU" in straight.stderr:
+        pytest.skip("no CUDA GPU")
+    assert straight.returncode == 0, straight.stderr
+    stopped = subprocess.run([train_gpt, *common, "--stop-at", "20", "--out", str(tmp_path / "b")],
+                             capture_output=True, text=True, errors="replace", timeout=300)
+    assert stopped.returncode == 3, stopped.stderr
+    assert f"stopped after step 20 of 40 (--stop-at): --resume {tmp_path / 'b'}/latest.ckpt goes on" in stopped.stdout
+    curve = tmp_path / "b/loss.csv"
+    with open(curve, "a") as file:
+        file.write("21,9.9,,6e-04,1.0,1.0,1\n2")
+    resumed = subprocess.run([train_gpt, *common, "--resume", str(tmp_path / "b/latest.ckpt"), "--out", str(tmp_path / "b")],
+                             capture_output=True, text=True, errors="replace", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    columns = lambda run: [line.split(",")[:3] for line in (tmp_path / run / "loss.csv").read_text().splitlines()]
+    assert columns("b") == columns("a")
+    scaling = lambda run: [line for line in run.stdout.splitlines() if line.startswith("fp16 loss scaling:")]
+    assert scaling(resumed) == scaling(straight)
+    assert not (tmp_path / "b/latest.ckpt").exists()

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 SCRIPT = Path(__file__).resolve().parents[1] / "torch_check.py"
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_agrees_with_pytorch(train_gpt, byte_data, tmp_path, dtype):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")

@@ -10,11 +10,18 @@ curve; the exercise table's follows FAKE_TRAINER:
   cuda-error  a CUDA error, as CUDA_CHECK reports it
   hang        never ends
   todo        every plugged exercise still calls COURSE_TODO (the reference runs every op)
+  killed:K    killed by SIGKILL after step K (a lost session): its rows after the last
+              latest.ckpt on disk, the last one cut short
 A plugged exercise named *mismatch* makes the op check stop it too, whatever FAKE_TRAINER says.
+
+Stopping and going on as the real one does (--checkpoint-seconds, --time-limit, --stop-at,
+--resume, exit status 3), on a clock of its own: each step takes FAKE_STEP_S seconds (default
+0.01), nothing else takes any. Its checkpoints are a header alone (the magic and the step).
 """
 import math
 import os
 import signal
+import struct
 import sys
 import time
 from pathlib import Path
@@ -29,8 +36,27 @@ def option(flag, default=None):
 table = option("--kernels", "reference")
 steps = int(option("--steps", "100"))
 val_every = int(option("--val-every", "50"))
+check_every = int(option("--check-ops", "0"))
 out = Path(option("--out", "out"))
+checkpoint_seconds = float(option("--checkpoint-seconds", "0"))
+time_limit = float(option("--time-limit", "0"))
+stop_at = int(option("--stop-at", "0"))
+step_seconds = float(os.environ.get("FAKE_STEP_S", "0.01"))
 behaviour = os.environ.get("FAKE_TRAINER", "") if table != "reference" else ""
+killed_at = int(behaviour.split(":")[1]) if behaviour.startswith("killed:") else None
+MAGIC = 0x47505431
+
+
+def save(path: Path, step: int) -> None:
+    header = [0] * 64
+    header[0], header[8] = MAGIC, step
+    path.with_suffix(".partial").write_bytes(struct.pack("<64i", *header))
+    path.with_suffix(".partial").rename(path)
+
+
+first = 0
+if option("--resume"):
+    first = struct.unpack("<9i", Path(option("--resume")).read_bytes()[:36])[8]
 plugged = []
 if table != "reference":
     choices = option("--kernel-choices")
@@ -62,23 +88,51 @@ while behaviour == "hang":
     time.sleep(1)
 
 out.mkdir(parents=True, exist_ok=True)
-rows = ["step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s"]
-for step in range(steps):
+csv_path, latest = out / "loss.csv", out / "latest.ckpt"
+header = "step,train_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n"
+if first and csv_path.exists():
+    # The rows up to the checkpoint's step, whole lines only, as the real one keeps them.
+    text = csv_path.read_text()
+    lines = text.split("\n")[:-1]
+    kept = [line for line in lines[1:] if line.split(",")[1] and int(line.split(",")[0]) <= first]
+    csv_path.write_text("\n".join([lines[0], *kept]) + "\n")
+else:
+    csv_path.write_text(header)
+csv = open(csv_path, "a")
+last_save = first
+for step in range(first, steps):
+    if step > first and (checkpoint_seconds or time_limit or stop_at):
+        late = time_limit and (step - first + 1) * step_seconds > time_limit
+        stop = step == stop_at or late
+        if stop or (checkpoint_seconds and (step - last_save) * step_seconds >= checkpoint_seconds):
+            csv.flush()
+            save(latest, step)
+            last_save = step
+        if stop:
+            print(f"stopped after step {step} of {steps} "
+                  f"({'--time-limit' if late else '--stop-at'}): --resume {latest} goes on")
+            sys.exit(3)
     loss = 4.0 + 6.0 * math.exp(-step / 60.0)
     if behaviour == "part" and step >= 100:
         loss += 0.5
     val = f"{loss + 0.1:.6f}" if step % val_every == 0 else ""
     rate = 1000.0 if table == "reference" else 800.0
-    rows.append(f"{step + 1},{loss:.6f},{val},0.0006,1.0,10.0,{rate}")
+    csv.write(f"{step + 1},{loss:.6f},{val},0.0006,1.0,10.0,{rate}\n")
     print(f"step {step + 1:5d}/{steps} | loss {loss:.4f} | lr 6.00e-04 | norm 1.000 | 10.0 ms | "
           f"{rate:.0f} tok/s | MFU - | left 0:00:00")
-    if plugged and step % 50 == 0:
+    if plugged and check_every and step % check_every == 0:
         print(f"op check, step {step}: 12 calls as the reference's, within the tolerance; the "
               f"closest each op came to it: linear_forward 0.12 (out), layernorm_forward 0.3 "
               "(mean)")
-rows.append(f"{steps},,{4.1 + 6.0 * math.exp(-steps / 60.0):.6f},,,,")
-(out / "loss.csv").write_text("\n".join(rows) + "\n")
+    if step + 1 == killed_at:
+        csv.write(f"{step + 2},4.0")  # a row cut short by the kill
+        csv.flush()
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+csv.write(f"{steps},,{4.1 + 6.0 * math.exp(-steps / 60.0):.6f},,,,\n")
+csv.close()
 if "--no-checkpoint" not in args:
-    (out / "model.ckpt").write_bytes(b"GPT1")
+    save(out / "model.ckpt", steps)
+latest.unlink(missing_ok=True)
 if int(option("--sample-length", "0")) > 0:
     print("--- sample ---\nTo be, or not to be,\nthat is the question.\n---")
