@@ -8,7 +8,7 @@
 //   __attribute__((weak)) decltype(layernorm_bf16) layernorm_bf16;
 //   ...
 //   TEST_F(LayerNorm, Bf16RowLengths) {
-//       COURSE_REQUIRE_BF16();
+//       COURSE_REQUIRE_BF16();                        // course/view.h
 //       COURSE_REQUIRE_ENTRY_POINT(layernorm_bf16);
 //       ...
 #pragma once
@@ -16,8 +16,6 @@
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "course/gpu.h"
 
 // Skips the current test, with the reason recorded for the grader, where the file under test
 // does not define `function` (declared weak).
@@ -30,14 +28,4 @@
             ::testing::Test::RecordProperty("skip_reason", course_reason);                      \
             GTEST_SKIP() << course_reason;                                                      \
         }                                                                                       \
-    } while (0)
-
-// Skips the current test where the GPU has no bf16 (compute capability 8.0 and newer: the
-// trainer's bf16 mode), the float cases of the same checker still running.
-#define COURSE_REQUIRE_BF16()                                                          \
-    do {                                                                               \
-        if (auto course_reason = ::course::gpu_skip_reason(80)) {                      \
-            ::testing::Test::RecordProperty("skip_reason", "bf16: " + *course_reason); \
-            GTEST_SKIP() << "bf16: " << *course_reason;                                \
-        }                                                                              \
     } while (0)
