@@ -85,22 +85,22 @@ __device__ Bf16Pack<kWidth> add(const Bf16Pack<kWidth>& a, const Bf16Pack<kWidth
     return c;
 }
 
-// vector_add_kernel's loop over packs: four packs of a and b in flight per thread.
+// vector_add_kernel's loop over packs: four packs of a and b in flight per thread, a grid of one
+// wave striding over them.
 template <int kWidth>
 __global__ void vector_add_bf16_kernel(const Bf16Pack<kWidth>* __restrict__ a,
                                        const Bf16Pack<kWidth>* __restrict__ b,
                                        Bf16Pack<kWidth>* __restrict__ c, std::size_t packs) {
-    const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-    std::size_t i = first;
-    for (; i + 3 * stride < packs; i += 4 * stride) {
+    const std::size_t threads = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    std::size_t p = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (; p + 3 * threads < packs; p += 4 * threads) {
         Bf16Pack<kWidth> sum[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) sum[k] = add(a[i + k * stride], b[i + k * stride]);
+        for (int k = 0; k < 4; ++k) sum[k] = add(a[p + k * threads], b[p + k * threads]);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) c[i + k * stride] = sum[k];
+        for (int k = 0; k < 4; ++k) c[p + k * threads] = sum[k];
     }
-    for (; i < packs; i += stride) c[i] = add(a[i], b[i]);
+    for (; p < packs; p += threads) c[p] = add(a[p], b[p]);
 }
 
 template <int kWidth>
