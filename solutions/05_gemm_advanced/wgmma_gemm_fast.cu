@@ -75,10 +75,6 @@ static_assert(kWgmmaM * course::kSwizzleRowBytes == kBoxBytes,
 constexpr int kMaxSplits = 16;
 constexpr int kPartialCost = 2;
 
-// GPT-2's GELU, the tanh approximation (module 08's gelu.h has the same constants).
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-
 // Where a tile's products go: gemm_bf16's float C (written), or a gemm_bf16_epilogue's epilogue.
 struct Output {
     float* c = nullptr;
@@ -102,6 +98,10 @@ struct Unit {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the Hopper instructions exist in sm_90a code only
+
+// GPT-2's GELU, the tanh approximation (module 08's gelu.h has the same constants).
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
 
 __device__ Unit unit_of(int index, int tiles_m, int tiles_n, int k_tiles, int splits) {
     const int tile = index / splits, split = index % splits;
