@@ -391,12 +391,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-void gemm_bf16(int M, int N, int K, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C) {
+void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course::TensorElement* B,
+               float* C) {
     int device = 0, major = 0, multiprocessors = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    if (major != 9 || course::compiled_arch(wgmma_gemm_fast_kernel) != 90)
+    if (course::kFp16TensorCores || major != 9 ||
+        course::compiled_arch(wgmma_gemm_fast_kernel) != 90)
         throw std::runtime_error("wgmma_gemm: needs a Hopper GPU and device code for sm_90a");
     static const std::size_t available = course::opt_in_shared_bytes(wgmma_gemm_fast_kernel);
     if (available < static_cast<std::size_t>(kSharedBytes))
@@ -420,10 +422,13 @@ using EpilogueKernel = void (*)(int, int, int, CUtensorMap, CUtensorMap, Output,
 
 // The tensor map of an operand with `rows` rows of the product (M for A, N for B): stored rows x K
 // where it is K-major (boxes of tile_rows x kBK), K x rows where MN-major (boxes of kBK x kBox).
+// hopper::tensor_map takes the contract's element, which is bf16 wherever this runs (sm_90a); a
+// build for sm_75 makes it fp16 but refuses before getting here, and the cast lets it compile.
 CUtensorMap operand_map(const __nv_bfloat16* operand, GemmMajor major, int rows, int K,
                         int tile_rows) {
-    return major == GemmMajor::kK ? hopper::tensor_map(operand, rows, K, tile_rows, kBK)
-                                  : hopper::tensor_map(operand, K, rows, kBK, kBox);
+    const auto* matrix = reinterpret_cast<const course::TensorElement*>(operand);
+    return major == GemmMajor::kK ? hopper::tensor_map(matrix, rows, K, tile_rows, kBK)
+                                  : hopper::tensor_map(matrix, K, rows, kBK, kBox);
 }
 
 // How many blocks share each output tile's K where the product is added into float: the count
