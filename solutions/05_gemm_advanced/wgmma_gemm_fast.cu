@@ -182,60 +182,90 @@ __device__ void issue_stage(float (&acc)[kAccumulators], const unsigned char* a_
     hopper::wgmma_commit();
 }
 
-__device__ float gelu(float x) {
-    return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+// GELU(x) = 0.5 x (1 + tanh u) = x sigmoid(2 u), u = sqrt(2 / pi) (x + 0.044715 x^3): the same
+// function in an exp and a division. tanhf is a long sequence with branches, and the epilogue
+// unrolls one GELU per accumulator (128 per thread per tile): with tanhf the kernel's code grew
+// to some 11,800 instructions, its warps stalled on instruction fetch, and the trainer's products
+// with GELU ran at a quarter of cuBLAS's rate (ncu, dev/tuning/trainer_fast_table.md). __expf's
+// error (a few units in the last place) and the division's stay far under bf16's rounding; where
+// exp(-2u) overflows, x / inf is the limit, 0. 1 + tanh u near -1 loses no digits this way.
+__device__ float gelu_sigmoid(float x) {  // sigmoid(2u) = 0.5 (1 + tanh u)
+    return __fdividef(1.0f, 1.0f + __expf(-2.0f * kGeluScale * (x + kGeluCubic * x * x * x)));
 }
 
-// d/dx of gelu(): the product rule on 0.5 x (1 + tanh(u)), the chain rule through tanh and u.
+__device__ float gelu(float x) { return x * gelu_sigmoid(x); }
+
+// d/dx of gelu(): s + x s' with s = sigmoid(2u), s' = 2 s (1 - s) du/dx (the chain rule through
+// the sigmoid and u).
 __device__ float gelu_derivative(float x) {
-    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float s = gelu_sigmoid(x);
     const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du_dx;
+    return s + 2.0f * x * s * (1.0f - s) * du_dx;
 }
+
+// What a tile's products become, one kind per launch (Output): each kind is its own unrolled
+// loop, so that a tile runs only its kind's code, not every kind's branches 64 times over.
+enum class Store { kFloat, kAccumulate, kBf16, kBf16Gelu, kBf16GeluBackward };
 
 // Two neighbouring products (v0, v1) of one row, at element `index` of the M x N output, column
 // `col` (even: N is a multiple of 8, so a pair is inside the output or outside it).
+template <Store kStore>
 __device__ void store_pair(const Output& out, int index, int col, float v0, float v1) {
-    if (out.c) {
-        *reinterpret_cast<float2*>(out.c + index) = make_float2(v0, v1);
-        return;
-    }
     const GemmEpilogue& e = out.epilogue;
-    if (e.accumulate) {
+    if constexpr (kStore == Store::kFloat) {
+        *reinterpret_cast<float2*>(out.c + index) = make_float2(v0, v1);
+    } else if constexpr (kStore == Store::kAccumulate) {
         float2* c = reinterpret_cast<float2*>(e.accumulate + index);
         const float2 old = *c;
         *c = make_float2(old.x + v0, old.y + v1);
-        return;
+    } else {
+        if (kStore != Store::kBf16GeluBackward && e.bias) {
+            const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(e.bias + col);
+            v0 += __low2float(b);
+            v1 += __high2float(b);
+        }
+        if constexpr (kStore == Store::kBf16Gelu) {
+            *reinterpret_cast<__nv_bfloat162*>(e.gelu_input + index) =
+                __floats2bfloat162_rn(v0, v1);
+            v0 = gelu(v0);
+            v1 = gelu(v1);
+        } else if constexpr (kStore == Store::kBf16GeluBackward) {
+            const __nv_bfloat162 g =
+                *reinterpret_cast<const __nv_bfloat162*>(e.gelu_backward_input + index);
+            v0 *= gelu_derivative(__low2float(g));
+            v1 *= gelu_derivative(__high2float(g));
+        }
+        *reinterpret_cast<__nv_bfloat162*>(e.out + index) = __floats2bfloat162_rn(v0, v1);
     }
-    if (e.bias) {
-        const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(e.bias + col);
-        v0 += __low2float(b);
-        v1 += __high2float(b);
-    }
-    if (e.gelu_input) {
-        *reinterpret_cast<__nv_bfloat162*>(e.gelu_input + index) = __floats2bfloat162_rn(v0, v1);
-        v0 = gelu(v0);
-        v1 = gelu(v1);
-    } else if (e.gelu_backward_input) {
-        const __nv_bfloat162 g =
-            *reinterpret_cast<const __nv_bfloat162*>(e.gelu_backward_input + index);
-        v0 *= gelu_derivative(__low2float(g));
-        v1 *= gelu_derivative(__high2float(g));
-    }
-    *reinterpret_cast<__nv_bfloat162*>(e.out + index) = __floats2bfloat162_rn(v0, v1);
 }
 
 // A consumer's 64 x 256 accumulators into the output at (row0 + 64 consumer, col0). Registers
 // 4 j + {0, 1} are two neighbouring columns of one row, 4 j + {2, 3} the same eight rows below.
 // Every matrix has fewer than 2^31 elements: an int index holds.
-__device__ void store_tile(const float (&acc)[kAccumulators], const Output& out, int M, int N,
-                           int row0, int col0, int consumer, int thread) {
+template <Store kStore>
+__device__ void store_tile_as(const float (&acc)[kAccumulators], const Output& out, int M, int N,
+                              int row0, int col0, int consumer, int thread) {
 #pragma unroll
     for (int reg = 0; reg < kAccumulators; reg += 2) {
         const course::Coord e = course::wgmma_d_element(thread, reg);
         const int row = row0 + consumer * kWgmmaM + e.row, col = col0 + e.col;
-        if (row < M && col < N) store_pair(out, row * N + col, col, acc[reg], acc[reg + 1]);
+        if (row < M && col < N) store_pair<kStore>(out, row * N + col, col, acc[reg], acc[reg + 1]);
     }
+}
+
+__device__ void store_tile(const float (&acc)[kAccumulators], const Output& out, int M, int N,
+                           int row0, int col0, int consumer, int thread) {
+    const GemmEpilogue& e = out.epilogue;
+    if (out.c)
+        store_tile_as<Store::kFloat>(acc, out, M, N, row0, col0, consumer, thread);
+    else if (e.accumulate)
+        store_tile_as<Store::kAccumulate>(acc, out, M, N, row0, col0, consumer, thread);
+    else if (e.gelu_input)
+        store_tile_as<Store::kBf16Gelu>(acc, out, M, N, row0, col0, consumer, thread);
+    else if (e.gelu_backward_input)
+        store_tile_as<Store::kBf16GeluBackward>(acc, out, M, N, row0, col0, consumer, thread);
+    else
+        store_tile_as<Store::kBf16>(acc, out, M, N, row0, col0, consumer, thread);
 }
 
 // The 128 threads of one consumer warpgroup (named barrier 1 or 2; 0 is __syncthreads).
