@@ -41,8 +41,10 @@ def test_the_learner_builds_the_stubs_and_the_fast_variant_the_fast_references(c
         "modules/06_softmax_norms/layernorm.cu"
     fast = files(make_plan(course, "fast", 90))
     assert fast["06_softmax_norms/layernorm"] == "solutions/06_softmax_norms/layernorm_fast.cu"
+    assert fast["06_softmax_norms/layernorm_backward"] == \
+        "solutions/06_softmax_norms/layernorm_backward_fast.cu"
     # no fast reference: the readable one
-    assert fast["06_softmax_norms/layernorm_backward"] == "solutions/06_softmax_norms/layernorm_backward.cu"
+    assert fast["08_training/gelu"] == "solutions/08_training/gelu.cu"
     plan = make_plan(course, "solution", 90, ROOT / "build/mutants/src")
     assert plan.binding_py == ROOT / "build/mutants/src/08_training/torch_ops.py"
     assert make_plan(course, "learner", 90).binding_cpp == ROOT / "modules/08_training/torch_ops.cpp"
