@@ -5,14 +5,15 @@
 // (all accepted: the bonus token), disjoint from it (all rejected: the residual is the target),
 // a target that keeps 10 tokens, peaked rows of 50304 and 128256 tokens; q is followed by NaN
 // rows (a read of q with p's row stride shows as a rejection). A failure names the known
-// mistakes (the residual not renormalized, q read at p's rows, the residual drawn from p, the
-// bonus token missing). Then the distribution: 65536 sequences with the same target and draft,
-// the drafts drawn from q: the first token against p_0 and the second, where the first was
-// accepted, against p_1 (chi-square, a false alarm once in a million runs), and the acceptance
-// rate against sum min(p, q). Then the bandwidth on the rows the verification must read (the
-// target's and the draft's at the first rejection, or the target's last), at 64 sequences of
-// 128256 tokens, gamma 4, and 16 of 50304, gamma 8, against a device copy of those bytes
-// (shown, not judged).
+// mistakes (the residual not renormalized, q read at p's rows in the counts or in the draws, the
+// residual drawn from p, the bonus token missing, the draws shifted by mass missing before the
+// token or at the row's end).
+// Then the distribution: 65536 sequences with the same target and draft, the drafts drawn from q:
+// the first token against p_0 and the second, where the first was accepted, against p_1
+// (chi-square, a false alarm once in a million runs), and the acceptance rate against sum min(p,
+// q). Then the bandwidth on the rows the verification must read (the target's and the draft's at
+// the first rejection, or the target's last), at 64 sequences of 128256 tokens, gamma 4 (judged),
+// and 16 of 50304, gamma 8 (shown), against a device copy of those bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -180,6 +181,20 @@ int accepted_with_p_stride(const Inputs& in, const Case& c, std::size_t b) {
     return static_cast<int>(c.gamma);
 }
 
+// The token drawn at position n by a kernel that reads q with p's row stride: the residual with
+// q's row b * (gamma + 1) + n (past q's rows, NaN: no weight, nothing drawn, -1).
+int draw_with_p_stride(const Inputs& in, const Case& c, std::size_t b, std::size_t n) {
+    const std::size_t V = c.vocab, row = b * (c.gamma + 1) + n;
+    const float* target = &in.p[row * V];
+    if (row >= c.batch * c.gamma) return -1;
+    const auto w = ref::residual_weights(target, &in.q[row * V], V);
+    double mass = 0.0;
+    for (double v : w) mass += v;
+    return mass > 0.0 ? ref::draw(ref::residual_distribution(target, &in.q[row * V], V),
+                                  in.residual_uniforms[b])
+                      : -1;
+}
+
 // The token drawn after a rejection by a kernel that forgets to renormalize the residual: the
 // first whose cumulative max(0, p - q) exceeds u itself; -1 when the residual's mass is below u
 // (nothing is drawn).
@@ -222,16 +237,49 @@ std::string diagnose(const Inputs& in, const Case& c, const std::vector<int>& go
     const auto draft = [&](std::size_t b) {
         return std::size_t(n(b)) < G ? &in.q[(b * G + n(b)) * V] : nullptr;
     };
-    if (explains(
-            drawn,
-            [&](std::size_t b) {
-                return draft(b)
-                           ? draw_not_renormalized(target(b), draft(b), V, in.residual_uniforms[b])
-                           : want(b);
-            },
-            want))
+    // Which draws are wrong: the bonus tokens' alone (drawn, from the wrong row), none found, all
+    // on one side of the right ones.
+    int bonus_wrong = -1;
+    bool residual_wrong = false, none_only = true, all_later = true, all_earlier = true;
+    for (std::size_t b = 0; b < c.batch; ++b) {
+        if (drawn(b) == want(b)) continue;
+        if (draft(b))
+            residual_wrong = true;
+        else if (bonus_wrong < 0)
+            bonus_wrong = static_cast<int>(b);
+        const bool none = course::is_poison(drawn(b));
+        none_only &= none;
+        all_later &= none || drawn(b) > want(b);
+        all_earlier &= !none && drawn(b) < want(b);
+    }
+    if (!residual_wrong && bonus_wrong < 0) return "";
+    if (!residual_wrong && !none_only)
+        return "sequence " + std::to_string(bonus_wrong) +
+               " accepted all gamma drafts, and its bonus token (position gamma) is wrong: "
+               "it is drawn from p[b][gamma] with residual_uniforms[b]";
+    if (none_only)
+        return "every wrong draw finds no token, its goal past the prefix sums: the residual NOT "
+               "renormalized (a goal of u, not u times its mass), q read at p's rows (this q ends "
+               "in NaN rows), or the prefix sums miss mass before the token (the chunks before "
+               "the one scanned?)";
+    const bool not_renormalized = explains(
+        drawn,
+        [&](std::size_t b) {
+            return draft(b) ? draw_not_renormalized(target(b), draft(b), V, in.residual_uniforms[b])
+                            : want(b);
+        },
+        want);
+    if (not_renormalized)
         return "after a rejection the tokens are those of max(0, p - q) NOT renormalized: its "
                "mass is below 1, so draw with u times the mass (or divide the weights by it)";
+    // q at p's rows, with counts that came out right by chance: the draws read the wrong rows.
+    if (explains(
+            drawn,
+            [&](std::size_t b) { return draft(b) ? draw_with_p_stride(in, c, b, n(b)) : want(b); },
+            want))
+        return "the accepted counts are right, but the draws are those of q read at p's rows: p "
+               "has gamma + 1 rows per sequence (row b * (gamma + 1) + i), q has gamma (row b * "
+               "gamma + i)";
     if (explains(
             drawn,
             [&](std::size_t b) {
@@ -241,11 +289,12 @@ std::string diagnose(const Inputs& in, const Case& c, const std::vector<int>& go
             want))
         return "after a rejection the token is drawn from p: the residual is max(0, p - q), "
                "renormalized (p would count the tokens the draft proposes twice)";
-    for (std::size_t b = 0; b < c.batch; ++b)
-        if (!draft(b) && drawn(b) != want(b))
-            return "sequence " + std::to_string(b) +
-                   " accepted all gamma drafts, and its bonus token (position gamma) is wrong: "
-                   "it is drawn from p[b][gamma] with residual_uniforms[b]";
+    if (all_later)
+        return "every wrong draw lands after the right token, or finds none: the prefix sums "
+               "miss mass before the token (the chunks before the one scanned?)";
+    if (all_earlier)
+        return "every wrong draw lands before the right token: the total misses mass at the end "
+               "of the row (the last, partial chunk?), so u times it falls short";
     return "";
 }
 
