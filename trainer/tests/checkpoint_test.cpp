@@ -3,11 +3,8 @@
 // replaces the file whole; each bad file is one clear error. Runs anywhere (no GPU).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -16,25 +13,14 @@
 #include "checkpoint.h"
 #include "gpt.h"
 #include "loss_scaler.h"
+#include "test_support.h"
 
 namespace trainer {
 namespace {
 
-std::string scratch_dir() {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("trainer_checkpoint_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    return dir.string();
-}
+using testing::error_of;
 
-std::string error_of(const std::function<void()>& action) {
-    try {
-        action();
-    } catch (const std::runtime_error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+std::string scratch_dir() { return testing::scratch_dir("checkpoint_test"); }
 
 // The tiny model's checkpoint at step 20, its three arrays distinct and full of awkward bits
 // (negative zero, a subnormal), the data's position past 2^31 tokens (both halves of the offset).

@@ -9,25 +9,14 @@
 #include <string>
 
 #include "data.h"
+#include "test_support.h"
 
 namespace trainer {
 namespace {
 
-std::string scratch_dir() {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("trainer_data_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    return dir.string();
-}
+using testing::error_of;
 
-std::string error_of(const std::function<void()>& action) {
-    try {
-        action();
-    } catch (const std::runtime_error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+std::string scratch_dir() { return testing::scratch_dir("data_test"); }
 
 std::vector<std::uint16_t> counting(int n) {
     std::vector<std::uint16_t> tokens(n);

@@ -1,10 +1,17 @@
 // Shared by the trainer's tests: the tiny model with a small vocabulary, its weights (GPT-2's
-// initialization plus noise, so that no gradient is zero or symmetric by accident) and a batch.
+// initialization plus noise, so that no gradient is zero or symmetric by accident) and a batch; a
+// scratch folder per test program and the message of an error a call throws.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "gpt.h"
@@ -62,6 +69,25 @@ inline void tokens(int count, std::uint64_t seed, std::vector<int>* inputs,
         (*inputs)[i] = static_cast<int>((state >> 33) % kVocab);
         (*targets)[i] = static_cast<int>((state >> 13) % kVocab);
     }
+}
+
+// A folder of its own under the system's temporary folder for the test program `name` (this
+// process's id in it), made if missing.
+inline std::string scratch_dir(const std::string& name) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("trainer_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    return dir.string();
+}
+
+// What `action` throws as a std::runtime_error, or "(no error)".
+inline std::string error_of(const std::function<void()>& action) {
+    try {
+        action();
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "(no error)";
 }
 
 }  // namespace trainer::testing
