@@ -34,15 +34,8 @@ fi
 summary=$out/summary-$part.txt
 : > "$summary"
 status=0
-step() {  # step NAME COMMAND...: its output to $out/NAME.txt, its status and tail to the summary
-  local name=$1
-  shift
-  local start=$SECONDS
-  "$@" > "$out/$name.txt" 2>&1
-  local rc=$?
-  { echo "=== $name (exit $rc, $((SECONDS - start)) s): $*"; tail -n "${TAIL:-15}" "$out/$name.txt"; } >> "$summary"
-  return $rc
-}
+# shellcheck source=dev/named_step.sh
+. dev/named_step.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
 
 # The planted bugs of the new paths, in copies of the tree (a wgmma_gemm build is more than a

@@ -46,15 +46,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-200}
 summary=$out/summary-$part.txt
 : > "$summary"
 status=0
-step() {  # step NAME COMMAND...: its output to $out/NAME.txt, its status and tail to the summary
-  local name=$1
-  shift
-  local start=$SECONDS
-  "$@" > "$out/$name.txt" 2>&1
-  local rc=$?
-  { echo "=== $name (exit $rc, $((SECONDS - start)) s): $*"; tail -n "${TAIL:-15}" "$out/$name.txt"; } >> "$summary"
-  return $rc
-}
+# shellcheck source=dev/named_step.sh
+. dev/named_step.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
 [ -n "$(ls data/shakespeare/train_*.bin 2>/dev/null)" ] ||
   { echo "no data/shakespeare: run python3 trainer/prepare_data.py where pip works" | tee -a "$summary"; exit 1; }

@@ -1,0 +1,13 @@
+# step NAME COMMAND...: runs COMMAND, its output to $out/NAME.txt, its exit status, seconds and last
+# ${TAIL:-15} lines to $summary; returns COMMAND's status. Sourced by the acceptance scripts of
+# dev/ whose steps each keep a log of their own (accept_train_gpt.sh, accept_fast_table.sh), which
+# set out and summary first; dev/budget_step.sh is the same with a time budget and one log.
+step() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  { echo "=== $name (exit $rc, $((SECONDS - start)) s): $*"; tail -n "${TAIL:-15}" "$out/$name.txt"; } >> "$summary"
+  return $rc
+}
