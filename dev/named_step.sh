@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # out and summary: set by the script that sources this
 # step NAME COMMAND...: runs COMMAND, its output to $out/NAME.txt, its exit status, seconds and last
 # ${TAIL:-15} lines to $summary; returns COMMAND's status. Sourced by the acceptance scripts of
 # dev/ whose steps each keep a log of their own (accept_train_gpt.sh, accept_fast_table.sh), which
