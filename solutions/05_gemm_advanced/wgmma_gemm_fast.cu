@@ -10,7 +10,11 @@
 // copies as soon as a stage is free, so that the consumers find their ring full when they come
 // back from writing C, and each consumer releases its last stage of a tile before writing it.
 // Same tiles, stages, barriers, wgmma and register split as the readable kernel (its constants
-// and tensor maps are used as they are); only the loops around them change.
+// and tensor maps are used as they are); the loops around them change, and so does the store:
+// each warp stages its accumulators in shared memory (32 KB beside the stages), 64 columns at a
+// time and swizzled against bank conflicts, then reads them back by rows and stores 16-byte
+// vectors: whole sectors, and one small loop per kind of epilogue where an unrolled store per
+// register pair made the kernel's code too large for the instruction cache.
 //
 // Beyond the exercise (gemm_bf16_epilogue.h, a stretch no hint teaches): the products of a
 // training step. Each operand may be MN-major (m or n contiguous, a transposed matrix): TMA copies
@@ -67,6 +71,27 @@ static_assert(kATileBytes == (kBM / kBox) * kBoxBytes && kBTileBytes == (kBN / k
               "a tile is whole boxes in either layout");
 static_assert(kWgmmaM * course::kSwizzleRowBytes == kBoxBytes,
               "a consumer's 64 rows start kBoxBytes apart in either layout");
+
+// The epilogue's staging, beside the stages in shared memory: each consumer warp owns kWarpRows
+// rows of its consumer's 64 and stages them kChunkColumns columns (kChunkRegisters accumulators
+// per thread) at a time, then reads them back kVector columns per thread (16 bytes of bf16).
+constexpr int kConsumerWarps = kWarpgroupThreads / 32;
+constexpr int kWarpRows = kWgmmaM / kConsumerWarps;
+constexpr int kChunkColumns = 64;
+constexpr int kChunks = kBN / kChunkColumns;
+constexpr int kChunkRegisters = kAccumulators / kChunks;
+constexpr int kVector = 8;
+constexpr int kStagingFloats = kWarpRows * kChunkColumns;  // per warp
+constexpr int kStagingBytes = kConsumers * kConsumerWarps * kStagingFloats * 4;
+constexpr int kFastSharedBytes = kSharedBytes + kStagingBytes;  // the staging after the stages
+// The static shared memory beside them: persistent_gemm's barriers (72 bytes), which ptxas rounds
+// up to 1024 so that the dynamic region starts on 1024 bytes, as shared_raw's __align__ asks.
+constexpr int kStaticSharedBytes = 1024;
+static_assert(kFastSharedBytes + kStaticSharedBytes <= 227 * 1024,
+              "the stages and the staging fit the 227 KB an H100 block may opt into");
+static_assert(kWarpRows == 16 && kChunkColumns % kVector == 0 && kBN % kChunkColumns == 0,
+              "a warp's 16 rows of the wgmma D layout, read back in whole vectors");
+static_assert(kStagingFloats / kVector % 32 == 0, "every lane reads as many vectors back");
 
 // Split K: at most kMaxSplits blocks per output tile, and what writing (or reading back) one
 // block's partial tile costs, in k tiles of the main loop: 128 KB at about 75 GB/s per SM (an
@@ -203,69 +228,165 @@ __device__ float gelu_derivative(float x) {
     return s + 2.0f * x * s * (1.0f - s) * du_dx;
 }
 
-// What a tile's products become, one kind per launch (Output): each kind is its own unrolled
-// loop, so that a tile runs only its kind's code, not every kind's branches 64 times over.
+// What a tile's products become, one kind per launch (Output): each kind is its own loop, so that
+// a tile runs only its kind's code.
 enum class Store { kFloat, kAccumulate, kBf16, kBf16Gelu, kBf16GeluBackward };
 
-// Two neighbouring products (v0, v1) of one row, at element `index` of the M x N output, column
-// `col` (even: N is a multiple of 8, so a pair is inside the output or outside it).
-template <Store kStore>
-__device__ void store_pair(const Output& out, int index, int col, float v0, float v1) {
-    const GemmEpilogue& e = out.epilogue;
-    if constexpr (kStore == Store::kFloat) {
-        *reinterpret_cast<float2*>(out.c + index) = make_float2(v0, v1);
-    } else if constexpr (kStore == Store::kAccumulate) {
-        float2* c = reinterpret_cast<float2*>(e.accumulate + index);
-        const float2 old = *c;
-        *c = make_float2(old.x + v0, old.y + v1);
-    } else {
-        if (kStore != Store::kBf16GeluBackward && e.bias) {
-            const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(e.bias + col);
-            v0 += __low2float(b);
-            v1 += __high2float(b);
-        }
-        if constexpr (kStore == Store::kBf16Gelu) {
-            *reinterpret_cast<__nv_bfloat162*>(e.gelu_input + index) =
-                __floats2bfloat162_rn(v0, v1);
-            v0 = gelu(v0);
-            v1 = gelu(v1);
-        } else if constexpr (kStore == Store::kBf16GeluBackward) {
-            const __nv_bfloat162 g =
-                *reinterpret_cast<const __nv_bfloat162*>(e.gelu_backward_input + index);
-            v0 *= gelu_derivative(__low2float(g));
-            v1 *= gelu_derivative(__high2float(g));
-        }
-        *reinterpret_cast<__nv_bfloat162*>(e.out + index) = __floats2bfloat162_rn(v0, v1);
+// Eight floats (32 bytes) from and to global memory.
+__device__ void load_floats(const float* p, float (&v)[kVector]) {
+    const float4 lo = reinterpret_cast<const float4*>(p)[0],
+                 hi = reinterpret_cast<const float4*>(p)[1];
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z,
+    v[7] = hi.w;
+}
+
+__device__ void store_floats(float* p, const float (&v)[kVector]) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// Eight bf16 (16 bytes) as floats, and floats rounded to eight bf16. The loads go through the
+// read-only path (__ldg): bias and gelu_backward_input are never written by the kernel, so the
+// compiler may issue a chunk's loads together, ahead of its stores.
+__device__ void load_bf16s(const __nv_bfloat16* p, float (&v)[kVector]) {
+    const uint4 bits = __ldg(reinterpret_cast<const uint4*>(p));
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&bits);
+#pragma unroll
+    for (int i = 0; i < kVector / 2; ++i) {
+        v[2 * i] = __low2float(pairs[i]);
+        v[2 * i + 1] = __high2float(pairs[i]);
     }
 }
 
-// A consumer's 64 x 256 accumulators into the output at (row0 + 64 consumer, col0). Registers
-// 4 j + {0, 1} are two neighbouring columns of one row, 4 j + {2, 3} the same eight rows below.
-// Every matrix has fewer than 2^31 elements: an int index holds.
+__device__ void store_bf16s(__nv_bfloat16* p, const float (&v)[kVector]) {
+    uint4 bits;
+    auto* pairs = reinterpret_cast<__nv_bfloat162*>(&bits);
+#pragma unroll
+    for (int i = 0; i < kVector / 2; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    *reinterpret_cast<uint4*>(p) = bits;
+}
+
+// Eight neighbouring products v of one row into the output, at element `index` of the M x N
+// output, column `col` (a multiple of 8, as N is: the eight are inside the output or outside it).
+template <Store kStore>
+__device__ void store_vector(const Output& out, int index, int col, float (&v)[kVector]) {
+    const GemmEpilogue& e = out.epilogue;
+    if constexpr (kStore == Store::kFloat) {
+        store_floats(out.c + index, v);
+    } else if constexpr (kStore == Store::kAccumulate) {
+        float* const c = e.accumulate + index;
+        float sum[kVector];
+        load_floats(c, sum);
+#pragma unroll
+        for (int i = 0; i < kVector; ++i) sum[i] += v[i];
+        store_floats(c, sum);
+    } else {
+        if (kStore != Store::kBf16GeluBackward && e.bias) {
+            float b[kVector];
+            load_bf16s(e.bias + col, b);
+#pragma unroll
+            for (int i = 0; i < kVector; ++i) v[i] += b[i];
+        }
+        if constexpr (kStore == Store::kBf16Gelu) {
+            store_bf16s(e.gelu_input + index, v);
+#pragma unroll
+            for (int i = 0; i < kVector; ++i) v[i] = gelu(v[i]);
+        } else if constexpr (kStore == Store::kBf16GeluBackward) {
+            float g[kVector];
+            load_bf16s(e.gelu_backward_input + index, g);
+#pragma unroll
+            for (int i = 0; i < kVector; ++i) v[i] *= gelu_derivative(g[i]);
+        }
+        store_bf16s(e.out + index, v);
+    }
+}
+
+// Where column `col` (even) of row `row` of a warp's staged chunk lies. Rows of kChunkColumns
+// floats, their 16-byte units XORed with a pattern of the row (a swizzle), which keeps both sides
+// free of bank conflicts: a register pair's 8-byte stores put 4 rows x 8 columns in each half
+// warp's access (patterns 0, 2, 4, 6 or 1, 3, 5, 7: the units land in 8 different groups of 4
+// banks), and the read-back's 16-byte loads take one unit of 8 consecutive rows per quarter warp
+// (8 different patterns).
+__device__ int staged(int row, int col) {
+    const int pattern = row % 4 * 2 + row / 4 % 2;
+    return row * kChunkColumns + ((col / 4) ^ pattern) * 4 + col % 4;
+}
+
+// A consumer's 64 x 256 accumulators into the output at (row0 + 64 consumer, col0), through
+// shared memory: each warp holds 16 of the rows (the wgmma D layout: registers 4 j + {0, 1} are
+// two neighbouring columns of one row, 4 j + {2, 3} the same eight rows below), and stages them a
+// chunk of kChunkColumns columns at a time in its own `staging` (no other warp reads it: a
+// __syncwarp orders the writes and the reads), then reads them back by rows, 8 columns per thread,
+// applies the kind's epilogue and stores whole 16-byte vectors (32 bytes of float): every sector
+// a warp writes, written whole, and the kind's code once per chunk instead of once per register
+// pair. Every matrix has fewer than 2^31 elements: an int index holds.
 template <Store kStore>
 __device__ void store_tile_as(const float (&acc)[kAccumulators], const Output& out, int M, int N,
-                              int row0, int col0, int consumer, int thread) {
+                              int row0, int col0, int consumer, int thread, float* staging) {
+    const int warp = thread / 32, lane = thread % 32;
+    float* const mine = staging + (consumer * kConsumerWarps + warp) * kStagingFloats;
+    const int first_row = row0 + consumer * kWgmmaM + warp * kWarpRows;
+#pragma unroll 1
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+        // Registers need constant indices: every pair's store is unrolled, the chunk's are taken.
 #pragma unroll
-    for (int reg = 0; reg < kAccumulators; reg += 2) {
-        const course::Coord e = course::wgmma_d_element(thread, reg);
-        const int row = row0 + consumer * kWgmmaM + e.row, col = col0 + e.col;
-        if (row < M && col < N) store_pair<kStore>(out, row * N + col, col, acc[reg], acc[reg + 1]);
+        for (int reg = 0; reg < kAccumulators; reg += 2) {
+            if (reg / kChunkRegisters != chunk) continue;
+            const course::Coord e = course::wgmma_d_element(thread, reg);
+            *reinterpret_cast<float2*>(mine + staged(e.row % kWarpRows, e.col % kChunkColumns)) =
+                make_float2(acc[reg], acc[reg + 1]);
+        }
+        __syncwarp();
+        // Unrolled: the chunk's loads of global memory (gelu_backward_input, accumulate) in flight
+        // together.
+#pragma unroll
+        for (int i = lane; i < kStagingFloats / kVector; i += 32) {
+            const int r = i % kWarpRows, c = i / kWarpRows * kVector;  // a half warp: 16 rows
+            const float4 lo = *reinterpret_cast<const float4*>(mine + staged(r, c));
+            const float4 hi = *reinterpret_cast<const float4*>(mine + staged(r, c + 4));
+            float v[kVector] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            const int row = first_row + r, col = col0 + chunk * kChunkColumns + c;
+            if (row < M && col < N) store_vector<kStore>(out, row * N + col, col, v);
+        }
+        __syncwarp();  // read back before the next chunk is staged over it
     }
 }
 
 __device__ void store_tile(const float (&acc)[kAccumulators], const Output& out, int M, int N,
-                           int row0, int col0, int consumer, int thread) {
+                           int row0, int col0, int consumer, int thread, float* staging) {
     const GemmEpilogue& e = out.epilogue;
     if (out.c)
-        store_tile_as<Store::kFloat>(acc, out, M, N, row0, col0, consumer, thread);
+        store_tile_as<Store::kFloat>(acc, out, M, N, row0, col0, consumer, thread, staging);
     else if (e.accumulate)
-        store_tile_as<Store::kAccumulate>(acc, out, M, N, row0, col0, consumer, thread);
+        store_tile_as<Store::kAccumulate>(acc, out, M, N, row0, col0, consumer, thread, staging);
     else if (e.gelu_input)
-        store_tile_as<Store::kBf16Gelu>(acc, out, M, N, row0, col0, consumer, thread);
+        store_tile_as<Store::kBf16Gelu>(acc, out, M, N, row0, col0, consumer, thread, staging);
     else if (e.gelu_backward_input)
-        store_tile_as<Store::kBf16GeluBackward>(acc, out, M, N, row0, col0, consumer, thread);
+        store_tile_as<Store::kBf16GeluBackward>(acc, out, M, N, row0, col0, consumer, thread,
+                                                staging);
     else
-        store_tile_as<Store::kBf16>(acc, out, M, N, row0, col0, consumer, thread);
+        store_tile_as<Store::kBf16>(acc, out, M, N, row0, col0, consumer, thread, staging);
+}
+
+// What the epilogue of a consumer's 64 rows of a tile will read from global memory
+// (gelu_backward_input, or accumulate), asked of L2 when the tile's main loop starts: the
+// epilogue's loads then wait for L2, not for DRAM, and its chunks one after the other cost
+// little. One 128-byte line per thread and step.
+__device__ void prefetch_epilogue(const Output& out, int M, int N, int row0, int col0, int consumer,
+                                  int thread) {
+    const GemmEpilogue& e = out.epilogue;
+    const char* base = e.accumulate ? reinterpret_cast<const char*>(e.accumulate)
+                                    : reinterpret_cast<const char*>(e.gelu_backward_input);
+    if (base == nullptr) return;
+    const int bytes = e.accumulate ? 4 : 2;  // per element
+    const int lines = kBN * bytes / 128;     // per row of the tile
+    const int columns = 128 / bytes;         // per line
+    for (int i = thread; i < kWgmmaM * lines; i += kWarpgroupThreads) {
+        const int row = row0 + consumer * kWgmmaM + i / lines, col = col0 + i % lines * columns;
+        if (row < M && col < N)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                base + (static_cast<long long>(row) * N + col) * bytes));
+    }
 }
 
 // The 128 threads of one consumer warpgroup (named barrier 1 or 2; 0 is __syncthreads).
@@ -335,6 +456,7 @@ __device__ __forceinline__ void persistent_gemm(int M, int N, int K, const CUten
         shared_raw + (1024 - hopper::shared_address(shared_raw) % 1024) % 1024;
     const auto a_tile = [&](int stage) { return stages + stage * kStageBytes; };
     const auto b_tile = [&](int stage) { return stages + stage * kStageBytes + kATileBytes; };
+    float* const staging = reinterpret_cast<float*>(stages + kStages * kStageBytes);
 
     const int tiles_m = course::ceil_div(M, kBM), tiles_n = course::ceil_div(N, kBN);
     const int k_tiles = course::ceil_div(K, kBK);
@@ -373,6 +495,7 @@ __device__ __forceinline__ void persistent_gemm(int M, int N, int K, const CUten
         int load = 0;
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
             const Unit unit = unit_of(u, tiles_m, tiles_n, k_tiles, splits.count);
+            prefetch_epilogue(out, M, N, unit.row0, unit.col0, consumer, thread);
             float acc[kAccumulators] = {};
             for (int kt = unit.first; kt < unit.last; ++kt, ++load) {
                 const int stage = load % kStages;
@@ -390,7 +513,7 @@ __device__ __forceinline__ void persistent_gemm(int M, int N, int K, const CUten
 
             if (splits.count == 1 ||
                 gather_splits(acc, splits, unit, consumer, thread, &last_split[consumer]))
-                store_tile(acc, out, M, N, unit.row0, unit.col0, consumer, thread);
+                store_tile(acc, out, M, N, unit.row0, unit.col0, consumer, thread, staging);
         }
     }
 }
@@ -431,8 +554,8 @@ void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course
         course::compiled_arch(wgmma_gemm_fast_kernel) != 90)
         throw std::runtime_error("wgmma_gemm: needs a Hopper GPU and device code for sm_90a");
     static const std::size_t available = course::opt_in_shared_bytes(wgmma_gemm_fast_kernel);
-    if (available < static_cast<std::size_t>(kSharedBytes))
-        throw std::runtime_error("wgmma_gemm: needs " + std::to_string(kSharedBytes) +
+    if (available < static_cast<std::size_t>(kFastSharedBytes))
+        throw std::runtime_error("wgmma_gemm: needs " + std::to_string(kFastSharedBytes) +
                                  " bytes of shared memory per block; " + std::to_string(available) +
                                  " here");
     const CUtensorMap a_map = hopper::tensor_map(A, M, K, kBM, kBK);
@@ -440,7 +563,7 @@ void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course
     // One block per SM (a block holds most of an SM's shared memory), none more than tiles.
     const int tiles = course::ceil_div(M, kBM) * course::ceil_div(N, kBN);
     const int blocks = tiles < multiprocessors ? tiles : multiprocessors;
-    wgmma_gemm_fast_kernel<<<blocks, kThreads, kSharedBytes>>>(M, N, K, a_map, b_map, C);
+    wgmma_gemm_fast_kernel<<<blocks, kThreads, kFastSharedBytes>>>(M, N, K, a_map, b_map, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -526,8 +649,8 @@ void gemm_bf16_epilogue(int M, int N, int K, const __nv_bfloat16* A, GemmMajor a
     if (major != 9 || course::compiled_arch(kernel) != 90)
         throw std::runtime_error("wgmma_gemm: needs a Hopper GPU and device code for sm_90a");
     if (available[a][b] == 0) available[a][b] = course::opt_in_shared_bytes(kernel);
-    if (available[a][b] < static_cast<std::size_t>(kSharedBytes))
-        throw std::runtime_error("wgmma_gemm: needs " + std::to_string(kSharedBytes) +
+    if (available[a][b] < static_cast<std::size_t>(kFastSharedBytes))
+        throw std::runtime_error("wgmma_gemm: needs " + std::to_string(kFastSharedBytes) +
                                  " bytes of shared memory per block; " +
                                  std::to_string(available[a][b]) + " here");
 
@@ -541,6 +664,6 @@ void gemm_bf16_epilogue(int M, int N, int K, const __nv_bfloat16* A, GemmMajor a
     out.epilogue = epilogue;
     // One block per SM, none more than the units of work.
     const int blocks = std::min(tiles * count, multiprocessors);
-    kernel<<<blocks, kThreads, kSharedBytes>>>(M, N, K, a_map, b_map, out, splits);
+    kernel<<<blocks, kThreads, kFastSharedBytes>>>(M, N, K, a_map, b_map, out, splits);
     CUDA_CHECK_LAUNCH();
 }
