@@ -1,5 +1,5 @@
 // trainer/gpt: the GPT-2 model of the course's trainer, forward and backward written out layer by
-// layer, every op called through the dispatch table (ops.h).
+// layer, every op called through the dispatch table (ops.h), and generation with a KV cache.
 //
 // Teaches: what a training step of a transformer computes and keeps. The forward pass stores what
 // the backward pass needs (each LayerNorm's input statistics, each linear layer's input, the
@@ -7,7 +7,10 @@
 // of the residual stream and adding each parameter's gradient into a float buffer; the optimizer
 // then updates float master weights and, in mixed precision, their bf16 or fp16 copy. In fp16 the
 // backward starts from a scaled loss (loss_scaler.h) and the update divides the scale out of the
-// gradients, or skips the step where they overflowed.
+// gradients, or skips the step where they overflowed. Generation keeps every layer's keys and
+// values (the KV cache, kv_cache.h): a prefill writes a prompt's, then each decoding step runs the
+// layers for one new token per sequence, its attention reading the cache, and computes the logits
+// of its position only.
 //
 // Run:  build/trainer/bin/train_gpt --help          (trainer/README.md)
 // Interface: gpt.h
@@ -22,6 +25,7 @@
 
 #include "course/check.h"
 #include "gpt.h"
+#include "kv_cache.h"
 
 namespace trainer {
 
@@ -158,22 +162,29 @@ double flops_per_token(const GptConfig& config, int T) {
 
 template <typename Act>
 template <typename P>
-P* Gpt<Act>::allocate(std::size_t count, const char* what) {
+P* Gpt<Act>::allocate(std::size_t count, const char* what, std::vector<void*>* owner) {
     void* p = nullptr;
     const std::size_t bytes = count * sizeof(P);
     const cudaError_t status = cudaMalloc(&p, bytes);
     if (status == cudaErrorMemoryAllocation) {
         cudaGetLastError();  // not sticky: clear it
         char message[512];
-        std::snprintf(message, sizeof message,
-                      "out of GPU memory allocating %s (%.2f GiB, %.2f GiB taken before it) for "
-                      "micro-batches of %d x %d tokens: lower the batch size (-b) or the sequence "
-                      "length (-t), and raise --grad-accum to keep the tokens per step",
-                      what, bytes / 1073741824.0, device_bytes_ / 1073741824.0, max_B_, max_T_);
+        if (owner == &gen_.allocations)
+            std::snprintf(message, sizeof message,
+                          "out of GPU memory allocating %s (%.2f GiB, %.2f GiB taken before it) "
+                          "for generating %d sequences with a KV cache: lower --generate-batch",
+                          what, bytes / 1073741824.0, device_bytes_ / 1073741824.0, gen_.sequences);
+        else
+            std::snprintf(
+                message, sizeof message,
+                "out of GPU memory allocating %s (%.2f GiB, %.2f GiB taken before it) for "
+                "micro-batches of %d x %d tokens: lower the batch size (-b) or the "
+                "sequence length (-t), and raise --grad-accum to keep the tokens per step",
+                what, bytes / 1073741824.0, device_bytes_ / 1073741824.0, max_B_, max_T_);
         throw std::runtime_error(message);
     }
     CUDA_CHECK(status);
-    allocations_.push_back(p);
+    (owner ? owner : &allocations_)->push_back(p);
     device_bytes_ += bytes;
     return static_cast<P*>(p);
 }
@@ -265,6 +276,7 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T, Optimi
 template <typename Act>
 Gpt<Act>::~Gpt() {
     for (void* p : allocations_) cudaFree(p);
+    for (void* p : gen_.allocations) cudaFree(p);
 }
 
 template <typename Act>
@@ -335,16 +347,18 @@ void Gpt<Act>::optimizer_state(std::vector<float>* m, std::vector<float>* v) {
 // Uploads the token ids, and groups the positions by token for the embedding's backward:
 // sorting (token, position) pairs puts each token's positions together, in increasing order.
 template <typename Act>
-void Gpt<Act>::upload_tokens(const int* inputs, const int* targets, int n) {
-    for (int i = 0; i < n; ++i) {
-        const bool bad_input = inputs[i] < 0 || inputs[i] >= config_.vocab_size;
-        const bool bad_target = targets && (targets[i] < 0 || targets[i] >= config_.vocab_size);
-        if (bad_input || bad_target)
+void Gpt<Act>::check_tokens(const int* tokens, int n) const {
+    for (int i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= config_.vocab_size)
             throw std::runtime_error(
-                "token id " + std::to_string(bad_input ? inputs[i] : targets[i]) +
-                " is outside the model's vocabulary of " + std::to_string(config_.vocab_size) +
-                " (data made with another tokenizer?)");
-    }
+                "token id " + std::to_string(tokens[i]) + " is outside the model's vocabulary of " +
+                std::to_string(config_.vocab_size) + " (data made with another tokenizer?)");
+}
+
+template <typename Act>
+void Gpt<Act>::upload_tokens(const int* inputs, const int* targets, int n) {
+    check_tokens(inputs, n);
+    if (targets) check_tokens(targets, n);
     CUDA_CHECK(cudaMemcpy(inputs_, inputs, n * sizeof(int), cudaMemcpyHostToDevice));
     if (targets) CUDA_CHECK(cudaMemcpy(targets_, targets, n * sizeof(int), cudaMemcpyHostToDevice));
 
@@ -377,6 +391,23 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
                                  " tokens is larger than the model was built for (" +
                                  std::to_string(max_B_) + " x " + std::to_string(max_T_) + ")");
     upload_tokens(inputs, targets, B * T);
+    forward_layers(B, T);
+    const int L = config_.layers, C = config_.channels;
+    const int rows = B * T;
+    const std::size_t btc = static_cast<std::size_t>(max_B_) * max_T_ * C;
+    const Act* last = act_.residual3 + (L - 1) * btc;
+    ops_.layernorm_forward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, last, param_[kLnfWeight],
+                           param_[kLnfBias], rows, C);
+    // The LM head is the token embedding, transposed (weight tying).
+    ops_.linear_forward(act_.logits, nullptr, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
+                        config_.padded_vocab_size);
+    if (targets)
+        ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows,
+                           config_.vocab_size, config_.padded_vocab_size);
+}
+
+template <typename Act>
+void Gpt<Act>::forward_layers(int B, int T) {
     const int L = config_.layers, C = config_.channels, NH = config_.heads;
     const int rows = B * T;
     const long long n = static_cast<long long>(rows) * C;
@@ -416,15 +447,6 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
                             rows, 4 * C, C);
         ops_.residual_forward(residual3, residual2, act_.projection, n);
     }
-    const Act* last = act_.residual3 + (L - 1) * btc;
-    ops_.layernorm_forward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, last, param_[kLnfWeight],
-                           param_[kLnfBias], rows, C);
-    // The LM head is the token embedding, transposed (weight tying).
-    ops_.linear_forward(act_.logits, nullptr, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
-                        config_.padded_vocab_size);
-    if (targets)
-        ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows,
-                           config_.vocab_size, config_.padded_vocab_size);
 }
 
 template <typename Act>
@@ -540,16 +562,146 @@ std::vector<float> Gpt<Act>::logits(int B, int T) const {
     return host;
 }
 
+namespace {
+
+// The first V of every `pitch` logits on the device, `rows` times, as floats.
 template <typename Act>
-std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int t) {
-    forward(tokens, nullptr, 1, t, 0.0f);
-    std::vector<Act> stored(config_.vocab_size);
-    CUDA_CHECK(cudaMemcpy(stored.data(),
-                          act_.logits + static_cast<std::size_t>(t - 1) * config_.padded_vocab_size,
-                          stored.size() * sizeof(Act), cudaMemcpyDeviceToHost));
+std::vector<float> rows_of_logits(const Act* logits, std::size_t pitch, int rows, int V) {
+    std::vector<Act> stored(static_cast<std::size_t>(rows) * V);
+    CUDA_CHECK(cudaMemcpy2D(stored.data(), V * sizeof(Act), logits, pitch * sizeof(Act),
+                            V * sizeof(Act), rows, cudaMemcpyDeviceToHost));
     std::vector<float> host(stored.size());
     for (std::size_t i = 0; i < stored.size(); ++i) host[i] = static_cast<float>(stored[i]);
     return host;
+}
+
+}  // namespace
+
+template <typename Act>
+std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int B, int t) {
+    forward(tokens, nullptr, B, t, 0.0f);
+    const std::size_t Vp = config_.padded_vocab_size;
+    return rows_of_logits(act_.logits + (t - 1) * Vp, t * Vp, B, config_.vocab_size);
+}
+
+// ---- Generation with a KV cache ----
+
+template <typename Act>
+void Gpt<Act>::reserve_kv_cache(int sequences) {
+    if (sequences <= gen_.sequences) return;
+    for (void* p : gen_.allocations) CUDA_CHECK(cudaFree(p));
+    device_bytes_ -= gen_.bytes;
+    gen_ = Generation{};
+    gen_.sequences = sequences;
+    const std::size_t before = device_bytes_;
+    const int L = config_.layers, C = config_.channels, NH = config_.heads;
+    const std::size_t S = sequences, Vp = config_.padded_vocab_size;
+    std::vector<void*>* owner = &gen_.allocations;
+    gen_.layer = kv::layer_elements(sequences, NH, config_.max_seq_len, C / NH);
+    gen_.keys = allocate<Act>(L * gen_.layer, "the KV cache (keys)", owner);
+    gen_.values = allocate<Act>(L * gen_.layer, "the KV cache (values)", owner);
+    gen_.residual = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.residual2 = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.ln = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.qkv = allocate<Act>(S * 3 * C, "decoding activations", owner);
+    gen_.atty = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.projection = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.fch = allocate<Act>(S * 4 * C, "decoding activations", owner);
+    gen_.fch_gelu = allocate<Act>(S * 4 * C, "decoding activations", owner);
+    gen_.logits = allocate<Act>(S * Vp, "decoding logits", owner);
+    gen_.mean = allocate<float>(S, "decoding activations", owner);
+    gen_.rstd = allocate<float>(S, "decoding activations", owner);
+    gen_.workspace =
+        allocate<float>(decode_workspace_floats(sequences, NH, C / NH), "decoding scratch", owner);
+    gen_.uniforms = allocate<float>(S, "decoding scratch", owner);
+    gen_.tokens = allocate<int>(S, "decoding scratch", owner);
+    gen_.lengths = allocate<int>(S, "decoding scratch", owner);
+    gen_.bytes = device_bytes_ - before;
+}
+
+template <typename Act>
+void Gpt<Act>::prefill(int b, const int* tokens, int t) {
+    if (b < 0 || b >= gen_.sequences)
+        throw std::runtime_error("prefill: sequence " + std::to_string(b) + " of a KV cache for " +
+                                 std::to_string(gen_.sequences) + " (reserve_kv_cache first)");
+    if (t > max_T_)
+        throw std::runtime_error("prefill: " + std::to_string(t) +
+                                 " tokens are more than the model was built for (" +
+                                 std::to_string(max_T_) + ")");
+    if (t == 0) return;
+    upload_tokens(tokens, nullptr, t);
+    forward_layers(1, t);
+    const int C = config_.channels, NH = config_.heads, capacity = config_.max_seq_len;
+    const std::size_t btc = static_cast<std::size_t>(max_B_) * max_T_ * C;
+    const std::size_t sequence = kv::layer_elements(1, NH, capacity, C / NH);
+    for (int l = 0; l < config_.layers; ++l)
+        ops_.kv_cache_write(gen_.keys + l * gen_.layer + b * sequence,
+                            gen_.values + l * gen_.layer + b * sequence, act_.qkv + l * 3 * btc, 1,
+                            t, C, NH, capacity, 0);
+}
+
+template <typename Act>
+void Gpt<Act>::decode(const int* tokens, int B, int position) {
+    if (B < 1 || B > gen_.sequences)
+        throw std::runtime_error("decode: " + std::to_string(B) + " sequences for a KV cache of " +
+                                 std::to_string(gen_.sequences) + " (reserve_kv_cache first)");
+    const int L = config_.layers, C = config_.channels, NH = config_.heads;
+    const int capacity = config_.max_seq_len;
+    if (position < 0 || position >= capacity)
+        throw std::runtime_error("decode: position " + std::to_string(position) +
+                                 " is outside the context of " + std::to_string(capacity));
+    check_tokens(tokens, B);
+    const std::vector<int> lengths(B, position + 1);
+    CUDA_CHECK(cudaMemcpy(gen_.tokens, tokens, B * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(gen_.lengths, lengths.data(), B * sizeof(int), cudaMemcpyHostToDevice));
+    const long long n = static_cast<long long>(B) * C;
+
+    // B sequences of one token at `position`: the position embedding's row `position` is the
+    // first row of the table from there.
+    ops_.embedding_forward(gen_.residual, gen_.tokens, param_[kTokenEmbedding],
+                           param_[kPositionEmbedding] + static_cast<std::size_t>(position) * C, B,
+                           1, C);
+    for (int l = 0; l < L; ++l) {
+        Act* keys = gen_.keys + l * gen_.layer;
+        Act* values = gen_.values + l * gen_.layer;
+        ops_.layernorm_forward(gen_.ln, gen_.mean, gen_.rstd, gen_.residual,
+                               param_[kLn1Weight] + l * C, param_[kLn1Bias] + l * C, B, C);
+        ops_.linear_forward(gen_.qkv, nullptr, gen_.ln, param_[kQkvWeight] + l * 3 * C * C,
+                            param_[kQkvBias] + l * 3 * C, B, C, 3 * C);
+        ops_.kv_cache_write(keys, values, gen_.qkv, B, 1, C, NH, capacity, position);
+        ops_.decode_attention(gen_.atty, gen_.workspace, gen_.qkv, keys, values, gen_.lengths, B, C,
+                              NH, capacity);
+        ops_.linear_forward(gen_.projection, nullptr, gen_.atty,
+                            param_[kAttnProjWeight] + l * C * C, param_[kAttnProjBias] + l * C, B,
+                            C, C);
+        ops_.residual_forward(gen_.residual2, gen_.residual, gen_.projection, n);
+        ops_.layernorm_forward(gen_.ln, gen_.mean, gen_.rstd, gen_.residual2,
+                               param_[kLn2Weight] + l * C, param_[kLn2Bias] + l * C, B, C);
+        ops_.linear_forward(gen_.fch_gelu, gen_.fch, gen_.ln, param_[kFcWeight] + l * 4 * C * C,
+                            param_[kFcBias] + l * 4 * C, B, C, 4 * C);
+        ops_.linear_forward(gen_.projection, nullptr, gen_.fch_gelu,
+                            param_[kFcProjWeight] + l * 4 * C * C, param_[kFcProjBias] + l * C, B,
+                            4 * C, C);
+        ops_.residual_forward(gen_.residual, gen_.residual2, gen_.projection, n);
+    }
+    ops_.layernorm_forward(gen_.ln, gen_.mean, gen_.rstd, gen_.residual, param_[kLnfWeight],
+                           param_[kLnfBias], B, C);
+    ops_.linear_forward(gen_.logits, nullptr, gen_.ln, param_[kTokenEmbedding], nullptr, B, C,
+                        config_.padded_vocab_size);
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::decode_logits(int B) const {
+    return rows_of_logits(gen_.logits, config_.padded_vocab_size, B, config_.vocab_size);
+}
+
+template <typename Act>
+void Gpt<Act>::sample_next(int* tokens, const float* uniforms, int B,
+                           const SamplingParams& params) {
+    CUDA_CHECK(cudaMemcpy(gen_.uniforms, uniforms, B * sizeof(float), cudaMemcpyHostToDevice));
+    ops_.sample(gen_.tokens, gen_.logits, gen_.uniforms, B, config_.vocab_size,
+                config_.padded_vocab_size, params.temperature, params.top_k, params.top_p);
+    CUDA_CHECK(cudaMemcpy(tokens, gen_.tokens, B * sizeof(int), cudaMemcpyDeviceToHost));
 }
 
 template <typename Act>

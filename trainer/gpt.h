@@ -1,6 +1,7 @@
 // The GPT-2 model of the course's trainer: its configuration, its parameters (one flat array of
 // 16 tensors, in the order of ParamTensor) and the Gpt class that runs its forward and backward
-// passes and its optimizer step on the GPU through a table of ops (ops.h).
+// passes, its optimizer step, and generation with a KV cache on the GPU through a table of ops
+// (ops.h).
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "ops.h"
+#include "sampling.h"
 
 namespace trainer {
 
@@ -149,8 +151,30 @@ class Gpt {
     std::size_t optimizer_bytes() const { return 2 * slice_ * sizeof(float); }
     // The logits [B, T, Vp] of the last forward (before a backward overwrites them), as floats.
     std::vector<float> logits(int B, int T) const;
-    // Logits of position t - 1 of one sequence of t tokens (generation): V floats.
-    std::vector<float> next_token_logits(const int* tokens, int t);
+    // Logits of the last position of B sequences of t tokens each (tokens [B][t]): [B][V] floats
+    // (generation without a KV cache: a whole forward pass for each new token).
+    std::vector<float> next_token_logits(const int* tokens, int B, int t);
+
+    // ---- Generation with a KV cache (kv_cache.h; trainer/README.md, "Generation") ----
+    // Room for `sequences` sequences of up to max_seq_len tokens: every layer's keys and values in
+    // the activations' type, and the buffers of a decoding step. Allocated by the first call, and
+    // again (the caches' contents lost) by a call for more sequences.
+    void reserve_kv_cache(int sequences);
+    // Bytes of the KV cache and the decoding step's buffers (0 before reserve_kv_cache).
+    std::size_t kv_cache_bytes() const { return gen_.bytes; }
+    // Sequence b's cache filled from tokens[0 .. t): their keys and values at positions 0 .. t - 1,
+    // from a forward pass over them (t up to the T the model was built for; 0 leaves it empty).
+    void prefill(int b, const int* tokens, int t);
+    // One step of B sequences: tokens[b] at `position` of sequence b, whose cache holds positions
+    // 0 .. position - 1. Its key and value are written at `position` in every layer, its attention
+    // reads positions 0 .. position, and the logits of the next token are computed for that
+    // position only (decode_logits, sample_next).
+    void decode(const int* tokens, int B, int position);
+    // The last decode's logits, [B][V] floats.
+    std::vector<float> decode_logits(int B) const;
+    // A token per sequence from the last decode's logits, drawn on the GPU by the table's sample op
+    // (the rule of sampling.h) with uniforms[b]: written to tokens[b] (host arrays of B).
+    void sample_next(int* tokens, const float* uniforms, int B, const SamplingParams& params);
 
     // Clips the gradients to max_norm (0: no clipping) and takes an AdamW step (step counts the
     // steps taken, from 1). Returns the gradient norm before clipping. loss_scale: the factor the
@@ -164,6 +188,9 @@ class Gpt {
 
   private:
     void forward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
+    // The embedding and every layer, over the B x T tokens upload_tokens put on the GPU.
+    void forward_layers(int B, int T);
+    void check_tokens(const int* tokens, int n) const;
     void backward(int B, int T, const GradientsFinished& finished);
     // The whole of a sharded float array: `full` (padded size) gets every process's slice, this
     // process's from `own`.
@@ -171,8 +198,10 @@ class Gpt {
     void upload_tokens(const int* inputs, const int* targets, int n);
     std::vector<float> download(const float* device) const;
     float mean_loss(int rows);
+    // `count` elements of GPU memory, owned by `owner` (freed with the model). Out of memory, the
+    // error names `what` and what to lower.
     template <typename P>
-    P* allocate(std::size_t count, const char* what);
+    P* allocate(std::size_t count, const char* what, std::vector<void*>* owner = nullptr);
 
     GptConfig config_;
     const Ops<Act>& ops_;
@@ -230,6 +259,31 @@ class Gpt {
     float* norm_ = nullptr;           // one float: the squared gradient norm
     std::size_t score_elements_ = 0;  // of att per layer: B * NH * T * T, or 0 (flash way)
     std::vector<float> host_losses_;
+
+    // Generation: the KV cache and a decoding step's activations, [sequences, ...] where not said.
+    struct Generation {
+        int sequences = 0;
+        std::size_t layer = 0;      // elements of one layer's keys (or values): kv::layer_elements
+        Act* keys = nullptr;        // [L][sequences][NH][max_seq_len][HS]
+        Act* values = nullptr;      // the same
+        Act* residual = nullptr;    // [C]: the residual stream into a layer, and out of it
+        Act* residual2 = nullptr;   // [C]: after the layer's attention block
+        Act* ln = nullptr;          // [C]: a LayerNorm's output
+        Act* qkv = nullptr;         // [3C]
+        Act* atty = nullptr;        // [C]
+        Act* projection = nullptr;  // [C]
+        Act* fch = nullptr;         // [4C]: the MLP's first product, before GELU
+        Act* fch_gelu = nullptr;    // [4C]
+        Act* logits = nullptr;      // [Vp]: the next token's
+        float* mean = nullptr;      // LayerNorm's statistics (not kept)
+        float* rstd = nullptr;
+        float* workspace = nullptr;  // decode attention's: decode_workspace_floats
+        float* uniforms = nullptr;
+        int* tokens = nullptr;
+        int* lengths = nullptr;  // position + 1 of every sequence, for decode attention
+        std::vector<void*> allocations;
+        std::size_t bytes = 0;
+    } gen_;
 };
 
 }  // namespace trainer

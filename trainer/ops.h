@@ -11,8 +11,9 @@
 // channels of a linear layer, V the vocabulary and Vp the vocabulary padded for the GEMMs.
 // Every pointer is a device pointer; every function enqueues its work on the default stream.
 //
-// The tables (ops_reference.cu): "reference", the course's fastest implementation, and "profile",
-// the same ops each timed alone with CUDA events (a table of GPU time per op at exit). Module 08's
+// The tables (ops_reference.cu): "reference", the course's fastest implementation (generation's
+// ops in ops_generation.cu), and "profile", the same ops each timed alone with CUDA events (a
+// table of GPU time per op at exit). Module 08's
 // exercise tables (ops_learner.cu): "learner", whose entries call the learner's exercise kernels
 // through their contracts, taking the reference entry for every op the learner has not plugged in,
 // "solutions", the same with the course's readable solutions, and "fast", with the course's fast
@@ -23,6 +24,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -47,6 +49,17 @@ struct TokenBuckets {
     const int* start;      // [count + 1]: bucket k holds positions[start[k] .. start[k + 1])
     const int* positions;  // [B * T]: flat positions b * T + t, in increasing order per bucket
 };
+
+// The softmax scale of attention with heads of HS elements: 1 / sqrt(HS).
+inline float attention_scale(int HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
+
+// Decode attention (generation with a KV cache) cuts a sequence's cache into at most this many
+// splits, and its scratch holds a partial state per (sequence, head) and split: a partial output
+// (HS floats), its maximum and its sum. Module 10's decode_attention contract's workspace.
+constexpr int kDecodeMaxSplits = 128;
+constexpr std::size_t decode_workspace_floats(int B, int NH, int HS) {
+    return static_cast<std::size_t>(B) * NH * kDecodeMaxSplits * (HS + 2);
+}
 
 // The attention ops' scratch, in bytes per B * T * C element: 5 Act tensors (q, k, v, out and
 // dout per head) followed by 3 float ones (the flash backward's dq, dk, dv), which also holds the
@@ -121,6 +134,26 @@ struct Ops {
     void (*adamw)(float* master, Act* working, const float* grads, float* m, float* v, long long n,
                   float lr, float beta1, float beta2, float beta1_correction,
                   float beta2_correction, float eps, float weight_decay, float grad_scale);
+
+    // ---- Generation with a KV cache (gpt.h: Gpt::prefill, Gpt::decode; kv_cache.h) ----
+
+    // The keys and values of qkv [B, T, 3C] written into one layer's caches k_cache and v_cache
+    // [B, NH, capacity, HS] at positions start .. start + T - 1 of each sequence.
+    void (*kv_cache_write)(Act* k_cache, Act* v_cache, const Act* qkv, int B, int T, int C, int NH,
+                           int capacity, int start);
+    // One new token per sequence: out [B, C], each head's attention of the token's query (the q
+    // part of qkv [B, 3C]) over the first lengths[b] positions of its sequence's caches, the
+    // token's own key and value among them (written before); the positions past lengths[b] are
+    // never read. lengths is on the device; workspace: decode_workspace_floats(B, NH, C / NH)
+    // floats of scratch.
+    void (*decode_attention)(Act* out, float* workspace, const Act* qkv, const Act* k_cache,
+                             const Act* v_cache, const int* lengths, int B, int C, int NH,
+                             int capacity);
+    // A token per row of logits [rows, Vp] (their first V columns) with temperature, top-k (0:
+    // off) and top-p (1: off), drawn by uniforms[row] in [0, 1): the rule of sampling.h.
+    // tokens [rows]; uniforms and tokens on the device.
+    void (*sample)(int* tokens, const Act* logits, const float* uniforms, int rows, int V, int Vp,
+                   float temperature, int top_k, float top_p);
 };
 
 // Whether the reference's bf16 attention may be cuDNN's fused attention (the default, where the

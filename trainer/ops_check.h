@@ -23,6 +23,9 @@ enum class TrainerOp {
     kCrossEntropy,
     kSumOfSquares,
     kAdamW,
+    kKvCacheWrite,
+    kDecodeAttention,
+    kSample,
     kCount
 };
 const char* trainer_op_name(TrainerOp op);

@@ -16,7 +16,8 @@
 // either). In the all-fp32 mode, LayerNorm's forward and the causal softmax are module 06's fast
 // references, called through their contracts. fp16 (the T4's mixed precision) runs the bf16
 // mode's kernels on __half, with cuBLASLt's fp16 products; its loss scaling is the model's
-// (gpt.cu) and the loop's (train_gpt.cu).
+// (gpt.cu) and the loop's (train_gpt.cu). Generation's ops (the KV cache written, decode
+// attention, sampling) are in ops_generation.cu.
 //
 // Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
 // Interface: ops.h
@@ -42,58 +43,21 @@
 #include "course/launch.h"
 #include "flash_backward.h"  // module 07: attention backward, bf16 (flash_backward_fast.cu)
 #include "flash_tc.h"        // module 07: attention forward, bf16 (flash_tc_fast.cu)
+#include "kernel_common.h"
 #include "layernorm.h"       // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
+#include "ops_generation.h"  // kv_cache_write, decode_attention, sample
 #include "ops_reference.h"
 #include "softmax_causal.h"  // module 06: causal softmax, fp32 (softmax_causal.cu)
 
 namespace trainer {
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarp = 32;
-constexpr int kElementwiseBlock = 256;
-
 // Arithmetic is float whatever the storage type (the conversions: course/activation.h).
 using course::from_float;
 using course::to_float;
 
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2)
-        x += __shfl_xor_sync(kFullMask, x, offset);
-    return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2)
-        x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
-    return x;
-}
-
-// Grid for an elementwise kernel over n items with a grid-stride loop: enough blocks to fill
-// the GPU, never more than the items need.
-unsigned elementwise_blocks(long long n) {
-    return static_cast<unsigned>(
-        std::min<long long>(course::ceil_div(n, kElementwiseBlock), 65536));
-}
-
-// ---- Elementwise ops: W values per access ----
-
-// W values of a row moved as one access (16 bytes where the row allows it). The alignment is what
-// lets the compiler make it one wide load or store: without it, W narrow ones.
-template <typename Act, int W>
-struct alignas(sizeof(Act) * W) Pack {
-    Act value[W];
-};
-
-// Values of Act per 16-byte access: the widest load a thread can issue.
-template <typename Act>
-constexpr int kWide = 16 / sizeof(Act);
-
-// Whether n values at each of these pointers can be moved kWide<Act> at a time.
-template <typename Act, typename... Pointers>
-bool moves_wide(long long n, const Pointers*... pointers) {
-    return n % kWide<Act> == 0 && (course::is_aligned(pointers, 16) && ...);
-}
+// ---- Elementwise ops: W values per access (Pack, kernel_common.h) ----
 
 // Functors of one or two values for elementwise() (below); Op::kInputs says how many it reads.
 struct Add {  // the residual add; a gradient added into another
@@ -660,9 +624,6 @@ void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout
 
 // ---- Attention, the T x T way: cuBLAS products per head and a causal softmax between them ----
 
-// The softmax scale of heads of HS elements: 1 / sqrt(HS).
-float attention_scale(int HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
-
 // `count` tensors side by side per position, packed [B, T, count, NH, HS] (qkv: count 3), and
 // the same as one [B, NH, T, HS] tensor after another (q, k, v): the layout attention's kernels
 // take. Split goes from packed to per-head, merge back, converting to the output's type (the
@@ -1148,6 +1109,9 @@ const Ops<Act> kReference = {
     cross_entropy<Act>,
     sum_of_squares,
     adamw<Act>,
+    kv_cache_write_reference<Act>,
+    decode_attention_reference<Act>,
+    sample_reference<Act>,
 };
 
 // ---- Any table's ops, each call timed alone with CUDA events (--kernels profile, --profile) ----
@@ -1159,7 +1123,8 @@ const Ops<Act> kReference = {
 const char* const kOpNames[] = {"embedding_forward",  "embedding_backward", "layernorm_forward",
                                 "layernorm_backward", "linear_forward",     "linear_backward",
                                 "attention_forward",  "attention_backward", "residual_forward",
-                                "cross_entropy",      "sum_of_squares",     "adamw"};
+                                "cross_entropy",      "sum_of_squares",     "adamw",
+                                "kv_cache_write",     "decode_attention",   "sample"};
 constexpr int kOps = sizeof kOpNames / sizeof kOpNames[0];
 
 struct OpTimes {
@@ -1230,6 +1195,9 @@ Ops<Act> kProfile = {
     Timed<9, Act, &Ops<Act>::cross_entropy>::call,
     Timed<10, Act, &Ops<Act>::sum_of_squares>::call,
     Timed<11, Act, &Ops<Act>::adamw>::call,
+    Timed<12, Act, &Ops<Act>::kv_cache_write>::call,
+    Timed<13, Act, &Ops<Act>::decode_attention>::call,
+    Timed<14, Act, &Ops<Act>::sample>::call,
 };
 
 }  // namespace
