@@ -344,8 +344,7 @@ void Gpt<Act>::optimizer_state(std::vector<float>* m, std::vector<float>* v) {
     CUDA_CHECK(cudaFree(full));
 }
 
-// Uploads the token ids, and groups the positions by token for the embedding's backward:
-// sorting (token, position) pairs puts each token's positions together, in increasing order.
+// One line for a token id the model has no row for.
 template <typename Act>
 void Gpt<Act>::check_tokens(const int* tokens, int n) const {
     for (int i = 0; i < n; ++i)
@@ -355,12 +354,16 @@ void Gpt<Act>::check_tokens(const int* tokens, int n) const {
                 std::to_string(config_.vocab_size) + " (data made with another tokenizer?)");
 }
 
+// Uploads the token ids, and where there are targets (a backward may follow), groups the positions
+// by token for the embedding's backward: sorting (token, position) pairs puts each token's
+// positions together, in increasing order. Without targets (generation), no backward follows.
 template <typename Act>
 void Gpt<Act>::upload_tokens(const int* inputs, const int* targets, int n) {
     check_tokens(inputs, n);
     if (targets) check_tokens(targets, n);
     CUDA_CHECK(cudaMemcpy(inputs_, inputs, n * sizeof(int), cudaMemcpyHostToDevice));
-    if (targets) CUDA_CHECK(cudaMemcpy(targets_, targets, n * sizeof(int), cudaMemcpyHostToDevice));
+    if (!targets) return;
+    CUDA_CHECK(cudaMemcpy(targets_, targets, n * sizeof(int), cudaMemcpyHostToDevice));
 
     std::vector<std::pair<int, int>> order(n);
     for (int i = 0; i < n; ++i) order[i] = {inputs[i], i};
