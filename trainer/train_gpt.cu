@@ -87,8 +87,9 @@ struct Options {
 };
 
 const char* kUsage = R"(usage: train_gpt [options]
-Trains a GPT-2-style model on token shards (make them with trainer/prepare_data.py), or samples
-from a checkpoint with --generate.
+Trains a GPT-2-style model on token shards (make them with trainer/prepare_data.py), samples
+from a checkpoint with --generate, or times generation with and without the KV cache with
+--generate-bench.
 
 data
   --data DIR            DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin   [data/shakespeare]
