@@ -11,14 +11,13 @@
 // channels of a linear layer, V the vocabulary and Vp the vocabulary padded for the GEMMs.
 // Every pointer is a device pointer; every function enqueues its work on the default stream.
 //
-// The tables (ops_reference.cu): "reference", the course's fastest implementation (generation's
-// ops in ops_generation.cu), and "profile", the same ops each timed alone with CUDA events (a
-// table of GPU time per op at exit). Module 08's
-// exercise tables (ops_learner.cu): "learner", whose entries call the learner's exercise kernels
-// through their contracts, taking the reference entry for every op the learner has not plugged in,
-// "solutions", the same with the course's readable solutions, and "fast", with the course's fast
-// references (the readable solution where an exercise has none); `train_gpt --kernels NAME`
-// selects a table (ops_table below).
+// The tables (ops_reference.cu): "reference", the course's fastest implementation (generation's ops
+// in ops_generation.cu), and "profile", the same ops each timed alone with CUDA events (a table of
+// GPU time per op at exit). Module 08's exercise tables (ops_learner.cu): "learner", whose entries
+// call the learner's exercise kernels through their contracts, taking the reference entry for every
+// op the learner has not plugged in, "solutions", the same with the course's readable solutions,
+// and "fast", with the course's fast references (the readable solution where an exercise has none);
+// `train_gpt --kernels NAME` selects a table (ops_table below).
 #pragma once
 
 #include <cuda_bf16.h>
