@@ -1,6 +1,7 @@
 // trainer/train_gpt: the course's GPT trainer. Trains a GPT-2-style model on token shards, with
 // validation, checkpoints, a loss curve and samples, and generates text from a checkpoint (with a
-// KV cache, or without it: --generate-bench times both).
+// KV cache, or without it: --generate-bench times both); --quantize measures a checkpoint's
+// validation loss with its linear layers' weights in module 09's INT8 and INT4 formats.
 //
 // Teaches: the loop around a model. Gradient accumulation over micro-batches, the learning-rate
 // schedule (linear warmup, then cosine decay), clipping by the global gradient norm, AdamW, fp16's
@@ -9,7 +10,7 @@
 // model's FLOPs per second as a share of what the GPU can do).
 //
 // Read it top to bottom: options, the learning rate, the loss curve of a resumed run, sampling,
-// then main(). Checkpoints: checkpoint.h; generation: generate.h.
+// then main(). Checkpoints: checkpoint.h; generation: generate.h; quantized weights: quantize.h.
 //
 // Run:  python3 trainer/prepare_data.py                      (once: data/shakespeare/)
 //       build/trainer/bin/train_gpt -m tiny --steps 200       (seconds)
@@ -40,6 +41,7 @@
 #include "generate.h"
 #include "gpt.h"
 #include "loss_scaler.h"
+#include "quantize.h"
 #include "sampling.h"
 
 namespace trainer {
@@ -78,6 +80,7 @@ struct Options {
     int generate_batch = 0;  // sequences --generate samples (0: not given, 1)
     bool kv_cache = true;    // generation with the KV cache (--no-kv-cache: a forward per token)
     int generate_bench = 0;  // new tokens per sequence the bench times (0: no bench)
+    std::vector<QuantFormat> quantize;  // --quantize's formats (none: no quantization table)
     std::string dump_step0;
     double peak_tflops = 0.0;  // 0: from the GPU's name
     // Several GPUs: the gradients' all-reduce buckets in MB (0: one all-reduce after the
@@ -88,8 +91,8 @@ struct Options {
 
 const char* kUsage = R"(usage: train_gpt [options]
 Trains a GPT-2-style model on token shards (make them with trainer/prepare_data.py), samples
-from a checkpoint with --generate, or times generation with and without the KV cache with
---generate-bench.
+from a checkpoint with --generate, times generation with and without the KV cache with
+--generate-bench, or measures a checkpoint with quantized linear weights with --quantize.
 
 data
   --data DIR            DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin   [data/shakespeare]
@@ -141,6 +144,9 @@ evaluation and output
   --generate-bench N    time generation of N new tokens per sequence with the KV cache and
                         without, at batch 1 and 16 (--generate-batch B: 1 and B), for --resume's
                         model or an untrained -m
+  --quantize LIST       only measure --resume's model with its linear layers' weights quantized
+                        (module 09's formats: w8a16, w4a16, or both: w8a16,w4a16): the
+                        validation loss and the weights' memory beside the unquantized model's
   --dump-step0 DIR      write step 0's weights, batch, logits, loss and gradients (the PyTorch check)
   --peak-tflops X       the GPU's dense 16-bit peak, for MFU                [from the GPU's name]
 stopping and going on (a long run in pieces)
@@ -282,6 +288,17 @@ Options parse_options(int argc, char** argv) {
             int& target = flag == "--generate-batch" ? o.generate_batch : o.generate_bench;
             number(&target);
             if (target < 1) usage_error(flag + " must be at least 1");
+        } else if (flag == "--quantize") {
+            o.quantize.clear();
+            for (std::size_t from = 0; from <= value.size();) {
+                const std::size_t comma = std::min(value.find(',', from), value.size());
+                const std::string name = value.substr(from, comma - from);
+                QuantFormat format;
+                if (!parse_quant_format(name, &format))
+                    usage_error("--quantize " + value + ": formats w8a16 and w4a16, comma-separated");
+                o.quantize.push_back(format);
+                from = comma + 1;
+            }
         } else if (flag == "--dump-step0")
             o.dump_step0 = value;
         else if (flag == "--peak-tflops")
@@ -302,6 +319,8 @@ Options parse_options(int argc, char** argv) {
     if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) usage_error("--top-p must be above 0 and at most 1");
     if (o.generate && o.generate_bench > 0)
         usage_error("--generate and --generate-bench: one or the other");
+    if (!o.quantize.empty() && (o.generate || o.generate_bench > 0))
+        usage_error("--quantize measures the validation loss: not with --generate or its bench");
     if (o.generate_bench > 0 && !o.kv_cache)
         usage_error("--generate-bench times generation both ways: drop --no-kv-cache");
     if (o.attention != "cudnn" && o.attention != "flash")
@@ -438,6 +457,46 @@ void generation_bench(Gpt<Act>& model, const Options& o, const std::vector<int>&
     }
 }
 
+// ---- Validation, and the quantized weights' table (--quantize; quantize.h) ----
+
+// The mean loss of the first o.val_batches micro-batches of the validation shards.
+template <typename Act>
+float validation_loss(Gpt<Act>& model, TokenLoader& val, const Options& o, int T) {
+    val.rewind();
+    std::vector<int> inputs, targets;
+    double sum = 0.0;
+    for (int i = 0; i < o.val_batches; ++i) {
+        val.next_batch(&inputs, &targets);
+        sum += model.loss(inputs.data(), targets.data(), o.batch, T);
+    }
+    return static_cast<float>(sum / o.val_batches);
+}
+
+// The validation loss of the checkpoint's weights, then of the same weights with the linear layers
+// fake-quantized in each format (quantize.h: quantized and dequantized on the host, the forward
+// unchanged, so the difference is the format's error), and the linear weights' bytes in each.
+template <typename Act>
+void quantization_table(Gpt<Act>& model, const Options& o, const std::vector<float>& params,
+                        TokenLoader& val, int T) {
+    const GptConfig& config = model.config();
+    const double mib = 1048576.0;
+    model.set_params(params);
+    const float unquantized = validation_loss(model, val, o, T);
+    std::printf("%-8s %9s %9s %14s\n", "weights", "val loss",
+                (std::string("vs ") + kDtypeName<Act>).c_str(), "linear weights");
+    std::printf("%-8s %9.4f %9s %10.2f MiB  (%s, as trained)\n", kDtypeName<Act>, unquantized, "",
+                linear_weight_bytes_16bit(config) / mib, kDtypeName<Act>);
+    std::fflush(stdout);
+    for (QuantFormat format : o.quantize) {
+        model.set_params(fake_quantize_params(config, params, format));
+        const float loss = validation_loss(model, val, o, T);
+        std::printf("%-8s %9.4f %+9.4f %10.2f MiB  (%s)\n", quant_format_name(format), loss,
+                    loss - unquantized, linear_weight_bytes(config, format) / mib,
+                    quant_format_layout(format));
+        std::fflush(stdout);
+    }
+}
+
 // ---- Throughput ----
 
 // Dense 16-bit tensor-core peaks (TFLOP/s) by GPU name, for MFU (bf16 and fp16 are the same
@@ -529,6 +588,17 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         std::printf("%s\n", generate(model, tokenizer, o, sequences, config.max_seq_len).c_str());
         return 0;
     }
+    if (!o.quantize.empty()) {
+        Gpt<Act> model(config, *ops, o.batch, T);
+        std::printf(
+            "quantized weights: %s (%s), %s activations, kernels: %s; validation loss over %d "
+            "batches of %d x %d tokens; quantized: every block's qkv, attention projection and "
+            "MLP weights (the embeddings, LM head, LayerNorms and biases stay %s)\n",
+            o.resume.c_str(), describe(config).c_str(), kDtypeName<Act>, ops->name, o.val_batches,
+            o.batch, T, kDtypeName<Act>);
+        quantization_table(model, o, resumed->params, *val, T);
+        return 0;
+    }
     if (o.generate_bench > 0) {
         std::vector<int> batches = {1};
         if (o.generate_batch != 1) batches.push_back(o.generate_batch > 0 ? o.generate_batch : 16);
@@ -605,16 +675,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (!append) csv << kLossCurveHeader;
     }
 
-    auto validation_loss = [&]() {
-        val->rewind();
-        std::vector<int> inputs, targets;
-        double sum = 0.0;
-        for (int i = 0; i < o.val_batches; ++i) {
-            val->next_batch(&inputs, &targets);
-            sum += model.loss(inputs.data(), targets.data(), o.batch, T);
-        }
-        return static_cast<float>(sum / o.val_batches);
-    };
+    auto validation_loss = [&]() { return trainer::validation_loss(model, *val, o, T); };
     // fp16's loss scaling (loss_scaler.h): the backward starts from the loss times scaler.scale(),
     // the update divides it out; bf16 and fp32 keep a scale of 1.
     constexpr bool scaled = std::is_same_v<Act, fp16>;
@@ -806,10 +867,12 @@ int main_checked(int argc, char** argv) {
         resumed = std::make_unique<Checkpoint>(load_checkpoint(o.resume));
     else if (o.generate)
         usage_error("--generate samples from a checkpoint: give it with --resume");
+    else if (!o.quantize.empty())
+        usage_error("--quantize measures a trained model: give its checkpoint with --resume");
     const Tokenizer tokenizer(o.tokenizer);
 
     GptConfig config;
-    if (o.generate || (o.generate_bench > 0 && resumed)) {
+    if (o.generate || (o.generate_bench > 0 && resumed) || !o.quantize.empty()) {
         config = resumed->config;  // the checkpoint says what model it is
     } else {
         if (!gpt_preset(o.model, tokenizer.vocab_size(), &config))
@@ -831,8 +894,14 @@ int main_checked(int argc, char** argv) {
     if (T > config.max_seq_len)
         usage_error("-t " + std::to_string(T) + " is longer than the model's context (" +
                     std::to_string(config.max_seq_len) + ")");
+    for (QuantFormat format : o.quantize) {
+        const std::string refusal = quant_format_refusal(config, format);
+        if (!refusal.empty()) throw std::runtime_error(o.resume + ": " + refusal);
+    }
     std::unique_ptr<TokenLoader> train, val;
-    if (!o.generate && o.generate_bench == 0) {
+    if (!o.quantize.empty()) {
+        val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
+    } else if (!o.generate && o.generate_bench == 0) {
         train = std::make_unique<TokenLoader>(o.train, config.vocab_size, o.batch, T);
         if (o.val_every > 0 && ranks.main())  // rank 0 validates for all
             val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
