@@ -87,6 +87,21 @@ def test_the_bench_times_both_ways(train_gpt):
     assert code == 2 and "--generate-bench times generation both ways: drop --no-kv-cache" in line
 
 
+def test_quantize_takes_module_09s_formats(train_gpt):
+    code, line = fails(train_gpt, "--quantize", "w8a16,int8")
+    assert code == 2 and "--quantize w8a16,int8: formats w8a16 and w4a16, comma-separated" in line
+
+
+def test_quantize_measures_a_checkpoint(train_gpt):
+    code, line = fails(train_gpt, "--quantize", "w8a16")
+    assert code == 2 and "--quantize measures a trained model: give its checkpoint with --resume" in line
+
+
+def test_quantize_is_not_generation(train_gpt):
+    code, line = fails(train_gpt, "--quantize", "w8a16", "--generate")
+    assert code == 2 and "--quantize measures the validation loss: not with --generate" in line
+
+
 def test_missing_shards(train_gpt, byte_data, tmp_path):
     code, line = fails(train_gpt, "--tokenizer", byte_data / "tokenizer.bin", "--train", tmp_path / "x_*.bin")
     assert code == 1 and "no data shard matches" in line
@@ -115,6 +130,12 @@ def test_checkpoint_of_another_model(train_gpt, byte_data, tmp_path):
     checkpoint(tmp_path / "other.ckpt", 2, 64, 4, 64, 300)
     code, line = fails(train_gpt, "--data", byte_data, "-m", "tiny", "--resume", tmp_path / "other.ckpt")
     assert "the checkpoint is a model of L=2 C=64 NH=4 T=64 V=300, this run builds" in line
+
+
+def test_int4_groups_need_channels_in_128s(train_gpt, byte_data, tmp_path):
+    checkpoint(tmp_path / "tiny.ckpt", 2, 64, 4, 64, 257)
+    code, line = fails(train_gpt, "--data", byte_data, "--quantize", "w8a16,w4a16", "--resume", tmp_path / "tiny.ckpt")
+    assert code == 1 and "tiny.ckpt: w4a16 quantizes groups of 128 along K: C = 64 is not a multiple of 128" in line
 
 
 def test_truncated_checkpoint(train_gpt, byte_data, tmp_path):
@@ -230,3 +251,34 @@ def test_generate_draws_the_same_text_with_the_cache_and_without(train_gpt, byte
              for c, u in zip(cached, uncached)]
     print(f"the three sequences agree on {agree} characters of {[len(c) for c in cached]}")
     assert all(same >= len("1 of 3 ---\n") + 16 for same in agree)
+
+
+QUANTIZED_ROW = re.compile(r"^(bf16|w8a16|w4a16) +([\d.]+) +([+-][\d.]+)? +([\d.]+) MiB  \((.*)\)$")
+
+
+def test_quantized_table_of_a_briefly_trained_small(train_gpt, byte_data, tmp_path):
+    """`small` (C = 384: three groups of 128) trained 200 steps, then --quantize w8a16,w4a16: a row
+    per format with its validation loss and difference, the linear weights' memory (6 layers of 12
+    C^2: 20.25 MiB in bf16, 10.20 with INT8 and a scale per row, 5.38 with INT4 and a scale per
+    128); W8A16 within issue 32's 0.01 of bf16. The W4A16 difference is printed, not held to the
+    issue's 0.05: that target is the 1000-step GPT-2 124M's (dev/accept_quantize.sh)."""
+    trained = subprocess.run([train_gpt, "--data", str(byte_data), "-m", "small", "-b", "8", "--steps", "200",
+                              "--val-every", "0", "--sample-length", "0", "--out", str(tmp_path)],
+                             capture_output=True, text=True, errors="replace", timeout=600)
+    if "no CUDA GPU" in trained.stderr:
+        pytest.skip("no CUDA GPU")
+    assert trained.returncode == 0, trained.stderr
+    if "bf16" not in trained.stdout:
+        pytest.skip("no bf16 on this GPU (the table's first row is the activations' type)")
+    result = subprocess.run([train_gpt, "--data", str(byte_data), "--quantize", "w8a16,w4a16", "--resume",
+                             str(tmp_path / "model.ckpt"), "--val-batches", "8"],
+                            capture_output=True, text=True, errors="replace", timeout=300)
+    assert result.returncode == 0, result.stderr
+    print(result.stdout)
+    rows = {m[1]: m for m in map(QUANTIZED_ROW.match, result.stdout.splitlines()) if m}
+    assert list(rows) == ["bf16", "w8a16", "w4a16"], result.stdout
+    assert [rows[f][4] for f in rows] == ["20.25", "10.20", "5.38"]
+    bf16, w8, w4 = (float(rows[f][2]) for f in rows)
+    assert abs(float(rows["w8a16"][3]) - (w8 - bf16)) < 2e-4 and abs(float(rows["w4a16"][3]) - (w4 - bf16)) < 2e-4
+    assert abs(w8 - bf16) < 0.01, result.stdout
+    assert np.isfinite(w4), result.stdout
