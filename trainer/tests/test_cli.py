@@ -253,13 +253,13 @@ def test_generate_draws_the_same_text_with_the_cache_and_without(train_gpt, byte
     assert all(same >= len("1 of 3 ---\n") + 16 for same in agree)
 
 
-QUANTIZED_ROW = re.compile(r"^(bf16|w8a16|w4a16) +([\d.]+) +([+-][\d.]+)? +([\d.]+) MiB  \((.*)\)$")
+QUANTIZED_ROW = re.compile(r"^(bf16|fp16|w8a16|w4a16) +([\d.]+) +([+-][\d.]+)? +([\d.]+) MiB  \((.*)\)$")
 
 
 def test_quantized_table_of_a_briefly_trained_small(train_gpt, byte_data, tmp_path):
     """`small` (C = 384: three groups of 128) trained 200 steps, then --quantize w8a16,w4a16: a row
     per format with its validation loss and difference, the linear weights' memory (6 layers of 12
-    C^2: 20.25 MiB in bf16, 10.20 with INT8 and a scale per row, 5.38 with INT4 and a scale per
+    C^2: 20.25 MiB in 16 bits, 10.20 with INT8 and a scale per row, 5.38 with INT4 and a scale per
     128); W8A16 within issue 32's 0.01 of bf16. The W4A16 difference is printed, not held to the
     issue's 0.05: that target is the 1000-step GPT-2 124M's (dev/accept_quantize.sh)."""
     trained = subprocess.run([train_gpt, "--data", str(byte_data), "-m", "small", "-b", "8", "--steps", "200",
@@ -268,17 +268,18 @@ def test_quantized_table_of_a_briefly_trained_small(train_gpt, byte_data, tmp_pa
     if "no CUDA GPU" in trained.stderr:
         pytest.skip("no CUDA GPU")
     assert trained.returncode == 0, trained.stderr
-    if "bf16" not in trained.stdout:
-        pytest.skip("no bf16 on this GPU (the table's first row is the activations' type)")
     result = subprocess.run([train_gpt, "--data", str(byte_data), "--quantize", "w8a16,w4a16", "--resume",
                              str(tmp_path / "model.ckpt"), "--val-batches", "8"],
                             capture_output=True, text=True, errors="replace", timeout=300)
     assert result.returncode == 0, result.stderr
     print(result.stdout)
     rows = {m[1]: m for m in map(QUANTIZED_ROW.match, result.stdout.splitlines()) if m}
-    assert list(rows) == ["bf16", "w8a16", "w4a16"], result.stdout
+    # The first row: the checkpoint's weights in the activations' type (fp16 before compute
+    # capability 8.0).
+    assert list(rows)[1:] == ["w8a16", "w4a16"] and list(rows)[0] in ("bf16", "fp16"), result.stdout
     assert [rows[f][4] for f in rows] == ["20.25", "10.20", "5.38"]
-    bf16, w8, w4 = (float(rows[f][2]) for f in rows)
-    assert abs(float(rows["w8a16"][3]) - (w8 - bf16)) < 2e-4 and abs(float(rows["w4a16"][3]) - (w4 - bf16)) < 2e-4
-    assert abs(w8 - bf16) < 0.01, result.stdout
+    unquantized, w8, w4 = (float(rows[f][2]) for f in rows)
+    assert abs(float(rows["w8a16"][3]) - (w8 - unquantized)) < 2e-4
+    assert abs(float(rows["w4a16"][3]) - (w4 - unquantized)) < 2e-4
+    assert abs(w8 - unquantized) < 0.01, result.stdout
     assert np.isfinite(w4), result.stdout
