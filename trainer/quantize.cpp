@@ -17,11 +17,16 @@ struct MatrixShape {
 MatrixShape shape_of(ParamTensor tensor, const GptConfig& config) {
     const std::size_t C = config.channels;
     switch (tensor) {
-        case kQkvWeight: return {3 * C, C};
-        case kAttnProjWeight: return {C, C};
-        case kFcWeight: return {4 * C, C};
-        case kFcProjWeight: return {C, 4 * C};
-        default: throw std::logic_error("not a quantized linear weight");
+        case kQkvWeight:
+            return {3 * C, C};
+        case kAttnProjWeight:
+            return {C, C};
+        case kFcWeight:
+            return {4 * C, C};
+        case kFcProjWeight:
+            return {C, 4 * C};
+        default:
+            throw std::logic_error("not a quantized linear weight");
     }
 }
 
@@ -40,9 +45,12 @@ int limit_of(QuantFormat format) { return format == QuantFormat::w8a16 ? 127 : 7
 }  // namespace
 
 bool parse_quant_format(const std::string& name, QuantFormat* format) {
-    if (name == "w8a16") *format = QuantFormat::w8a16;
-    else if (name == "w4a16") *format = QuantFormat::w4a16;
-    else return false;
+    if (name == "w8a16")
+        *format = QuantFormat::w8a16;
+    else if (name == "w4a16")
+        *format = QuantFormat::w4a16;
+    else
+        return false;
     return true;
 }
 

@@ -11,7 +11,7 @@
 //   W8A16: INT8 per output row: scale = absmax(row) / 127 (a float division), q = clamp(
 //          round_half_even(w / scale), -127, 127), w^ = q * scale; a row of zeros: scale 0, q 0.
 //   W4A16: INT4 per group of 128 along K (a row's input dimension): scale = absmax(group) / 7,
-//          q = clamp(round_half_even(w / scale), -7, 7), w^ = q * scale; K must be a multiple of 128.
+//          q = clamp(round_half_even(w / scale), -7, 7), w^ = q * scale; K a multiple of 128.
 // The scales are float32. -128 (-8) is never produced: the grid is symmetric.
 #pragma once
 

@@ -295,7 +295,8 @@ Options parse_options(int argc, char** argv) {
                 const std::string name = value.substr(from, comma - from);
                 QuantFormat format;
                 if (!parse_quant_format(name, &format))
-                    usage_error("--quantize " + value + ": formats w8a16 and w4a16, comma-separated");
+                    usage_error("--quantize " + value +
+                                ": formats w8a16 and w4a16, comma-separated");
                 o.quantize.push_back(format);
                 from = comma + 1;
             }
@@ -862,6 +863,8 @@ int main_checked(int argc, char** argv) {
     DataParallel ranks = DataParallel::from_environment();
     if (ranks.processes() > 1 && !o.dump_step0.empty())
         usage_error("--dump-step0 writes one process's step (the PyTorch check): run it alone");
+    if (ranks.processes() > 1 && !o.quantize.empty())
+        usage_error("--quantize measures one model on one GPU: run it alone");
     std::unique_ptr<Checkpoint> resumed;
     if (!o.resume.empty())
         resumed = std::make_unique<Checkpoint>(load_checkpoint(o.resume));

@@ -163,9 +163,10 @@ TEST(Quantize, OnlyTheLinearWeightsChangeEachWithinHalfAStep) {
         }
         for (int t = 0; t < kParamTensors; ++t)
             if (!quantized[t])
-                EXPECT_EQ(std::memcmp(out.data() + layout.offset[t], params.data() + layout.offset[t],
-                                      layout.size[t] * sizeof(float)),
-                          0)
+                EXPECT_EQ(
+                    std::memcmp(out.data() + layout.offset[t], params.data() + layout.offset[t],
+                                layout.size[t] * sizeof(float)),
+                    0)
                     << param_name(t);
     }
 }
