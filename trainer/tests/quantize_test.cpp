@@ -45,15 +45,17 @@ TEST(Quantize, Int8RoundsHalfToEvenWithARowsScale) {
 }
 
 // Each row has its own scale, absmax / 127 by a float division: the second row's values are
-// q * (1.27f / 127.0f) exactly.
+// q * (0.143f / 127.0f) exactly. 0.143f is one of the values whose quotient by 127 is not its
+// product by 1 / 127 (one ulp apart): a scale computed the other way fails here.
 TEST(Quantize, Int8ScalePerRowIsAbsmaxOver127) {
-    std::vector<float> w = {127.0f, 2.0f, -1.27f, 0.6f};
+    const float scale = 0.143f / 127.0f;
+    ASSERT_NE(scale, 0.143f * (1.0f / 127.0f));
+    std::vector<float> w = {127.0f, 2.0f, -0.143f, 0.06f};
     fake_quantize_matrix(w.data(), 2, 2, QuantFormat::w8a16);
-    const float scale = 1.27f / 127.0f;
     EXPECT_EQ(w[0], 127.0f);
     EXPECT_EQ(w[1], 2.0f);
     EXPECT_EQ(w[2], -127.0f * scale);
-    EXPECT_EQ(w[3], std::nearbyint(0.6f / scale) * scale);
+    EXPECT_EQ(w[3], std::nearbyint(0.06f / scale) * scale);
 }
 
 // The grid is symmetric: the clamp is at -127 (-7 for INT4), so a row whose absmax is negative
