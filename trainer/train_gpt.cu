@@ -475,7 +475,8 @@ float validation_loss(Gpt<Act>& model, TokenLoader& val, const Options& o, int T
 
 // The validation loss of the checkpoint's weights, then of the same weights with the linear layers
 // fake-quantized in each format (quantize.h: quantized and dequantized on the host, the forward
-// unchanged, so the difference is the format's error), and the linear weights' bytes in each.
+// unchanged, so the difference is the format's error, up to the activations' type's rounding of
+// the dequantized weights: trainer/README.md), and the linear weights' bytes in each.
 template <typename Act>
 void quantization_table(Gpt<Act>& model, const Options& o, const std::vector<float>& params,
                         TokenLoader& val, int T) {
