@@ -904,11 +904,16 @@ void adamw(float* master, Act* working, const float* grads, float* m, float* v, 
 
 // ---- Module 10: generation's decode attention, top-k and sampling ----
 
-// The cache's writes are the reference's in every table.
+// A new token's embedding and the cache's writes are the reference's in every table.
 template <typename Act>
-void kv_cache_write(Act* k_cache, Act* v_cache, const Act* qkv, int B, int T, int C, int NH,
-                    int capacity, int start) {
-    reference<Act>().kv_cache_write(k_cache, v_cache, qkv, B, T, C, NH, capacity, start);
+void decode_embedding(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                      const int* lengths, int B, int C) {
+    reference<Act>().decode_embedding(out, tokens, wte, wpe, lengths, B, C);
+}
+template <typename Act>
+void kv_cache_write(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B, int T,
+                    int C, int NH, int capacity) {
+    reference<Act>().kv_cache_write(k_cache, v_cache, qkv, lengths, B, T, C, NH, capacity);
 }
 
 // Whether the learner's decode_attention takes this step's shapes (its contract's limits); a note
@@ -1029,6 +1034,25 @@ bool attention_keeps_scores(int head_size) {
     return reference<Act>().attention_keeps_scores(head_size);
 }
 
+// A decoding step is captured where it runs the reference's ops alone: an exercise's kernels
+// launch on the default stream (their contracts take none), and the boundary around them
+// allocates its scratch as it goes.
+template <int kTable, typename Act>
+const char* graph_refusal() {
+    if (const char* refused = reference<Act>().graph_refusal()) return refused;
+    const ExerciseTable& table = tables[kTable];
+    std::string plugged;
+    for (ExerciseOp op : {kGemm, kGelu, kLayerNorm, kResidual, kDecodeAttention, kTopK, kSample})
+        if (table.ops[op].active())
+            plugged += (plugged.empty() ? "" : ", ") + std::string(kExerciseOpNames[op]) + " (" +
+                       table.ops[op].exercise + ")";
+    if (plugged.empty()) return nullptr;
+    static std::string reason;
+    reason =
+        "the exercises' kernels of a decoding step, " + plugged + ", launch on the default stream";
+    return reason.c_str();
+}
+
 void sum_of_squares(float* out, const float* values, long long n) {
     reference<float>().sum_of_squares(out, values, n);
 }
@@ -1049,9 +1073,11 @@ const Ops<Act> kExerciseTable = {
     cross_entropy<kTable, Act>,
     sum_of_squares,
     adamw<kTable, Act>,
+    decode_embedding<Act>,
     kv_cache_write<Act>,
     decode_attention<kTable, Act>,
     sample<kTable, Act>,
+    graph_refusal<kTable, Act>,
 };
 
 // For the op check: the exercises an op of the trainer runs now ("gemm (yours:
@@ -1093,7 +1119,8 @@ std::string exercises_in(TrainerOp op) {
             return with({kAdamW});
         case TrainerOp::kDecodeAttention:
             return with({kDecodeAttention});
-        default:  // the cache's writes are the reference's; sampled tokens are not compared
+        default:  // the embedding of a new token and the cache's writes are the reference's;
+                  // sampled tokens are not compared
             return "";
     }
 }

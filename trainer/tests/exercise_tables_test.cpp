@@ -2,10 +2,12 @@
 // builds it (its contract function found by key, every other key null, its own symbols kept
 // inside, an untouched stub's COURSE_TODO reaching the trainer as an error it can catch), and the
 // choices file read by the table (a line that names no op, a bf16 kernel in an fp32 run, the
-// table printed with what it does around each kernel). On the learner's stubs of 06 layernorm
-// and 07 flash_tc, skipped in a build without the learner variant; the fast references' table on
-// 04 sgemm_coalesced's library of the fast variant (its readable solution: it has no fast
-// reference), skipped in a build without the fast variant.
+// table printed with what it does around each kernel), and which tables let generation capture a
+// decoding step into a CUDA graph (the reference's in bf16 and fp16; an exercise table whose step
+// runs no exercise's kernel). On the learner's stubs of 06 layernorm and 07 flash_tc, skipped in a
+// build without the learner variant; the fast references' table on 04 sgemm_coalesced's library
+// of the fast variant (its readable solution: it has no fast reference), skipped in a build
+// without the fast variant.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -55,6 +57,17 @@ std::string table_error(const std::string& path) {
         return e.what();
     }
     return "";
+}
+
+TEST(OpTables, SayWhetherADecodingStepCanBeACudaGraph) {
+    EXPECT_EQ(ops_table<bf16>("reference")->graph_refusal(), nullptr);
+    EXPECT_EQ(ops_table<fp16>("reference")->graph_refusal(), nullptr);
+    const std::string fp32 = ops_table<float>("reference")->graph_refusal();
+    EXPECT_NE(fp32.find("module 06's layernorm_fast, which launches on the default stream"),
+              std::string::npos)
+        << fp32;
+    const std::string profile = ops_table<bf16>("profile")->graph_refusal();
+    EXPECT_NE(profile.find("synchronizes after every op"), std::string::npos) << profile;
 }
 
 TEST(ExerciseLibrary, AnswersItsContractAndNothingElse) {
@@ -125,6 +138,11 @@ TEST(ExerciseTables, PrintsWhichOpRunsWhoseKernelAndWhatItDoesAroundIt) {
         << printed;
     EXPECT_NE(printed.find("  gemm                reference\n"), std::string::npos) << printed;
     EXPECT_EQ(exercise_table<float>("no such table"), nullptr);
+    // A decoding step through it runs the learner's LayerNorm, on the default stream: no graph.
+    const std::string refusal = exercise_table<bf16>("learner")->graph_refusal();
+    EXPECT_NE(refusal.find("layernorm (06_softmax_norms/layernorm), launch on the default stream"),
+              std::string::npos)
+        << refusal;
 }
 
 // The fast table's printout of a linear layer's backward left out of the choices while gemm is
