@@ -1,5 +1,6 @@
 """train_gpt's command line: every bad input is one line on stderr with a non-zero exit, checked
 before the GPU is needed (so these run in CI); prepare_data.py's files."""
+import re
 import subprocess
 
 import numpy as np
@@ -62,6 +63,28 @@ def test_stop_at_must_come_before_the_last_step(train_gpt):
 def test_time_limit_is_not_negative(train_gpt):
     code, line = fails(train_gpt, "--time-limit", -5)
     assert code == 2 and "--checkpoint-seconds and --time-limit must be 0 or more" in line
+
+
+@pytest.mark.parametrize("top_p", [0, 1.5])
+def test_top_p_is_a_share_of_the_probability(train_gpt, top_p):
+    code, line = fails(train_gpt, "--top-p", top_p)
+    assert code == 2 and "--top-p must be above 0 and at most 1" in line
+
+
+@pytest.mark.parametrize("flag", ["--generate-batch", "--generate-bench"])
+def test_generation_counts_start_at_one(train_gpt, flag):
+    code, line = fails(train_gpt, flag, 0)
+    assert code == 2 and f"{flag} must be at least 1" in line
+
+
+def test_generate_or_its_bench(train_gpt):
+    code, line = fails(train_gpt, "--generate", "--generate-bench", 16)
+    assert code == 2 and "--generate and --generate-bench: one or the other" in line
+
+
+def test_the_bench_times_both_ways(train_gpt):
+    code, line = fails(train_gpt, "--generate-bench", 16, "--no-kv-cache")
+    assert code == 2 and "--generate-bench times generation both ways: drop --no-kv-cache" in line
 
 
 def test_missing_shards(train_gpt, byte_data, tmp_path):
@@ -157,3 +180,58 @@ def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt,
     scaling = lambda run: [line for line in run.stdout.splitlines() if line.startswith("fp16 loss scaling:")]
     assert scaling(resumed) == scaling(straight)
     assert not (tmp_path / "b/latest.ckpt").exists()
+
+
+BENCH_LINE = re.compile(r"generation bench: batch (\d+), 80 new tokens per sequence: KV cache (\d+) tok/s "
+                        r"\([\d.]+ s, ([a-z A-Z]+)\), no cache (\d+) tok/s \([\d.]+ s\): [\d.]+x; the same "
+                        r"tokens both ways for (\d+) of 80 steps")
+
+
+@pytest.mark.parametrize("graphs", [[], ["--no-cuda-graph"]], ids=["cuda-graph", "no-cuda-graph"])
+def test_generation_bench_prints_a_line_per_batch(train_gpt, byte_data, graphs):
+    """--generate-bench on the untrained tiny model, 80 tokens: past its context of 64, so the
+    cached way fills its cache again at every token from the 64th; a line for batch 1 and one for
+    batch 16, each with both rates, how the cached way's steps ran (each a CUDA graph, which the
+    default dtype's reference allows, or with --no-cuda-graph their kernels one by one) and the
+    steps drawn alike."""
+    result = subprocess.run([train_gpt, "--data", str(byte_data), "-m", "tiny", "--generate-bench", "80",
+                             *graphs], capture_output=True, text=True, errors="replace", timeout=300)
+    if "no CUDA GPU" in result.stderr:
+        pytest.skip("no CUDA GPU")
+    assert result.returncode == 0, result.stderr
+    found = [BENCH_LINE.search(line) for line in result.stdout.splitlines()]
+    found = [match for match in found if match]
+    assert [int(match[1]) for match in found] == [1, 16], result.stdout
+    assert all(int(match[2]) > 0 and int(match[4]) > 0 for match in found)
+    how = "kernels launched one by one" if graphs else "each step a CUDA graph"
+    assert all(match[3] == how for match in found), result.stdout
+    print(result.stdout)
+
+
+def test_generate_draws_the_same_text_with_the_cache_and_without(train_gpt, byte_data, tmp_path):
+    """A tiny model trained 30 steps in fp32, then 3 sequences of 80 bytes (past the context of
+    64) from its checkpoint, with the KV cache and without, the same seed: the same text, where a
+    draw does not lie within the two ways' rounding of a boundary of the probabilities (their logits
+    differ by some 1e-6 in fp32: trainer/README.md, "Generation with a KV cache"; the model tests,
+    Generation.*, hold every parting draw to that). So here every sequence must agree on its first
+    16 bytes (another seed or order of the uniforms would part them at once), and the lengths they
+    agree on are printed."""
+    common = ["--data", str(byte_data), "-m", "tiny", "--dtype", "fp32"]
+    trained = subprocess.run([train_gpt, *common, "-b", "4", "--steps", "30", "--val-every", "0",
+                              "--sample-length", "0", "--out", str(tmp_path)],
+                             capture_output=True, text=True, errors="replace", timeout=300)
+    if "no CUDA GPU" in trained.stderr:
+        pytest.skip("no CUDA GPU")
+    assert trained.returncode == 0, trained.stderr
+    generate = [train_gpt, *common, "--generate", "--resume", str(tmp_path / "model.ckpt"),
+                "--generate-batch", "3", "--sample-length", "80", "--top-p", "0.9"]
+    runs = [subprocess.run(generate + extra, capture_output=True, text=True, errors="surrogateescape",
+                           timeout=300) for extra in ([], ["--no-kv-cache"])]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    cached, uncached = (run.stdout.split("--- sequence ")[1:] for run in runs)
+    assert len(cached) == len(uncached) == 3
+    agree = [next((i for i, (x, y) in enumerate(zip(c, u)) if x != y), len(c))
+             for c, u in zip(cached, uncached)]
+    print(f"the three sequences agree on {agree} characters of {[len(c) for c in cached]}")
+    assert all(same >= len("1 of 3 ---\n") + 16 for same in agree)
