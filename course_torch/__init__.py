@@ -3,6 +3,7 @@
     python3 -m course_torch check  [--variant learner|solution|fast]   opcheck, gradcheck, compile
     python3 -m course_torch train  [--variant ...] [--steps 300]       the GPT stock and swapped
     python3 -m course_torch bench  [--variant ...]                     each op against PyTorch's
+    python3 -m course_torch profile [--variant ...] [--ops ...]        where a step's time goes
     python3 -m course_torch build  [--variant ...]                     the extension alone
 
 The package builds one PyTorch extension from the exercises' files (the learner's stubs, the
@@ -12,7 +13,7 @@ backwards and autocast rules), then checks the ops, trains trainer/torch_check.p
 and times them. It adds no kernel: every op runs an exercise's contract function.
 
 Modules: plan (which files, pure Python: CI tests it without PyTorch), extension (the build and
-the registrations), checks, model, bench.
+the registrations), checks, model, bench, step_profile.
 """
 from pathlib import Path
 

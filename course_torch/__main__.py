@@ -14,7 +14,7 @@ from grader.torch_ops import INSTALL_TORCH, Report
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python3 -m course_torch",
                                      description=__doc__.split(":")[0])
-    parser.add_argument("what", choices=["build", "check", "train", "bench"])
+    parser.add_argument("what", choices=["build", "check", "train", "bench", "profile"])
     parser.add_argument("--variant", choices=VARIANTS, default=None,
                         help="whose kernels and binding: the learner's, the readable solutions', "
                              "or the fast references' (default: solution for check and build, "
@@ -27,15 +27,15 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--report", type=Path, default=None, help="check: write its JSON here")
     parser.add_argument("--steps", type=int, default=300, help="train: steps of each run")
     parser.add_argument("--ops", default="layer_norm,linear,attention,gelu,cross_entropy",
-                        help="train: the model's ops to swap for the course's (the others stay "
-                             "PyTorch's), comma-separated")
+                        help="train, profile: the model's ops to swap for the course's (the "
+                             "others stay PyTorch's), comma-separated")
     parser.add_argument("--data", type=Path, default=ROOT / "data/shakespeare")
     parser.add_argument("--out", type=Path,
                         default=Path(os.environ.get("OUT", ROOT / "build/torch_ops")))
     parser.add_argument("--verbose", action="store_true", help="the compiler's commands")
     args = parser.parse_args()
     if args.variant is None:
-        args.variant = "fast" if args.what in ("train", "bench") else "solution"
+        args.variant = "fast" if args.what in ("train", "bench", "profile") else "solution"
     if args.build_dir is None:
         args.build_dir = ROOT / "build" / "torch_ops" / args.variant
     return args
@@ -107,6 +107,10 @@ def main() -> int:
         from course_torch.model import train_both
 
         return 0 if train_both(args.data, args.steps, args.out, args.ops.split(",")) else 1
+    if args.what == "profile":
+        from course_torch.step_profile import profile_steps
+
+        return 0 if profile_steps(args.data, args.ops.split(",")) else 1
     from course_torch.bench import bench
 
     return 0 if bench() else 1

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from grader.build import (BuildTree, Log, build, configure, emulated_modules, not_emulated,
                           tree_lock)
-from grader.classify import classify
+from grader.classify import classify, tests_run
 from grader.course import Course
 from grader.library_ban import refusal
 from grader.manifest import Exercise
@@ -176,7 +176,8 @@ def _run(tree: BuildTree, exercise: Exercise, timeout_s: float) -> Result:
     run = run_checker(exe, tree.path, timeout_s)
     outcome = classify(run, exe=relative_exe, timeout_s=timeout_s,
                        strip_root=tree.course.strip_root)
-    if outcome.status == FAIL and tree.variant != EMULATED and _race_prone(tree, exercise):
+    if (outcome.status == FAIL and tree.variant != EMULATED and _race_prone(tree, exercise) and
+            not only_speed_failed(run.report)):
         outcome = replace(outcome, detail=[*outcome.detail, race_hint(tree, exercise)])
     return Result(exercise, tree.variant, outcome, relative_exe, run.duration_s)
 
@@ -188,6 +189,15 @@ def race_hint(tree: BuildTree, exercise: Exercise) -> str:
     return (f"a wrong result that is the same on every run can still be a race: `grader sanitize "
             f"{exercise.key}{solutions}` runs racecheck (shared memory) and the other sanitizers "
             "on the correctness cases")
+
+
+def only_speed_failed(report: dict | None) -> bool:
+    """Whether each failing test failed once, on a promise of speed that its checker marked with
+    the property `speed_failure` (flash_causal: the causal run must skip the masked tiles): no value
+    was wrong, so there is no race to look for."""
+    failing = [test for test in tests_run(report or {}) if test.get("failures")]
+    return bool(failing) and all(test.get("speed_failure") and len(test["failures"]) == 1
+                                 for test in failing)
 
 
 def _race_prone(tree: BuildTree, exercise: Exercise) -> bool:

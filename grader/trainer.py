@@ -683,9 +683,11 @@ def _sample_lines(sample: str, count: int = 3) -> list[str]:
 # some 8 times over the readable table's 500 s of training (the reference's 35 s, none).
 FULL_RUN = Settings(model="gpt2-124m", batch=16, seq_len=1024, steps=1000, val_every=250,
                     val_batches=10, check_every=1000, sample_length=128, checkpoint_seconds=60)
-# The largest gap allowed in the full run, as CURVE_TOLERANCE is derived (dev/trainer_tolerance.py
-# --full measures the spread of these settings). PLACEHOLDER until that script has run on a GPU.
-FULL_RUN_TOLERANCE = 0.05
+# The largest gap allowed in the full run, derived as CURVE_TOLERANCE is (dev/trainer_tolerance.py
+# --full): on an H100 the largest spread of valid reference runs of these settings was fp32
+# against bf16, 0.0617 (bf16 with cuDNN's attention twice 0.0271, with module 07's flash kernels
+# 0.0574), so 0.093.
+FULL_RUN_TOLERANCE = 0.093
 INSTALL_PLOTS = "the plot needs matplotlib: python3 -m pip install -e '.[plot]'"
 
 

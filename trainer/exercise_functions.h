@@ -5,10 +5,14 @@
 // the keys and casts the addresses back to these types.
 //
 // The contracts come from the modules' headers, so a change of a contract shows here. Overloads
-// (module 08's float and bf16 versions) are named by their type. Module 10's functions have their
-// types written here as well, which the tables call: a course without the module (it is not in
-// modules/ yet) builds without its headers and its keys, and where the module is there, its headers
-// must agree with these types (the static_asserts below).
+// (module 08's float and bf16 versions) are named by their type. The optional entry points of
+// the fast references (vector_add_bf16, gemm_bf16_epilogue, layernorm_bf16,
+// layernorm_backward_bf16, cross_entropy_bf16: course/entry_point.h) are keys like the others: a
+// library whose file does not define one answers null, and the table converts around the
+// contract instead. Module 10's functions have their types written here as well, which the tables
+// call: a course without the module (it is not in modules/ yet) builds without its headers and its
+// keys, and where the module is there, its headers must agree with these types (the static_asserts
+// below).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,11 +20,16 @@
 #include <type_traits>
 
 #include "01_basics/vector_add.h"
+#include "01_basics/vector_add_bf16.h"
 #include "04_sgemm/sgemm.h"
 #include "05_gemm_advanced/gemm_bf16.h"
+#include "05_gemm_advanced/gemm_bf16_epilogue.h"
 #include "06_softmax_norms/cross_entropy.h"
+#include "06_softmax_norms/cross_entropy_bf16.h"
 #include "06_softmax_norms/layernorm.h"
 #include "06_softmax_norms/layernorm_backward.h"
+#include "06_softmax_norms/layernorm_backward_bf16.h"
+#include "06_softmax_norms/layernorm_bf16.h"
 #include "07_attention/attention_naive.h"
 #include "07_attention/flash_backward.h"
 #include "07_attention/flash_causal.h"
@@ -83,11 +92,16 @@ static_assert(std::is_same_v<decltype(::decode_attention), trainer::exercise::De
 // for an overload, its activation type), `type` is its function type.
 #define TRAINER_EXERCISE_FUNCTIONS(X)                                                              \
     X("vector_add", vector_add, decltype(::vector_add))                                            \
+    X("vector_add_bf16", vector_add_bf16, decltype(::vector_add_bf16))                             \
     X("sgemm", sgemm, decltype(::sgemm))                                                           \
     X("gemm_bf16", gemm_bf16, decltype(::gemm_bf16))                                               \
+    X("gemm_bf16_epilogue", gemm_bf16_epilogue, decltype(::gemm_bf16_epilogue))                    \
     X("layernorm", layernorm, decltype(::layernorm))                                               \
+    X("layernorm_bf16", layernorm_bf16, decltype(::layernorm_bf16))                                \
     X("layernorm_backward", layernorm_backward, decltype(::layernorm_backward))                    \
+    X("layernorm_backward_bf16", layernorm_backward_bf16, decltype(::layernorm_backward_bf16))     \
     X("cross_entropy", cross_entropy, decltype(::cross_entropy))                                   \
+    X("cross_entropy_bf16", cross_entropy_bf16, decltype(::cross_entropy_bf16))                    \
     X("attention_naive", attention_naive, decltype(::attention_naive))                             \
     X("flash_forward", flash_forward, decltype(::flash_forward))                                   \
     X("flash_causal", flash_causal, decltype(::flash_causal))                                      \

@@ -4,7 +4,10 @@
 // model again (t tokens of work for the t-th token); with it, a prefill runs the prompt once, and
 // each new token runs the layers for itself alone, reading the earlier tokens' keys and values
 // from the cache. And what it cannot save here: GPT-2's positions are absolute, so once the window
-// slides, every cached key sits at the wrong position and the cache is filled again.
+// slides, every cached key sits at the wrong position and the cache is filled again. With the cache
+// a step is little work in many small kernels, so the host must not stand between two steps: the
+// model runs each one as a CUDA graph, and this loop enqueues step after step, taking the tokens
+// drawn only where a refill needs them, and at the end.
 //
 // Interface: generate.h. Tests: tests/kv_cache_test.cpp (the window, without a GPU) and
 // tests/generation_test.cu.
@@ -35,28 +38,40 @@ std::vector<std::vector<int>> generate_tokens(Gpt<Act>& model, const std::vector
     if (options.kv_cache) model.reserve_kv_cache(B);
     UniformStream uniforms(options.seed);
     std::vector<std::vector<int>> sequences(B, prompt);
+    // With the cache, the tokens drawn stay with the model until a refill needs them, or the end:
+    // the host enqueues step after step without waiting for the GPU.
+    const auto take_drawn = [&] {
+        const std::vector<std::vector<int>> drawn = model.drawn_tokens();
+        for (int b = 0; b < B; ++b)
+            sequences[b].insert(sequences[b].end(), drawn[b].begin(), drawn[b].end());
+    };
     std::vector<float> u(B);
     std::vector<int> next(B), window;
     for (int step = 0; step < options.tokens; ++step) {
         const Window w = window_at(step, static_cast<int>(prompt.size()), options.context);
         for (float& x : u) x = uniforms.next();
         if (options.kv_cache) {
-            for (int b = 0; b < B && w.refill; ++b)
-                model.prefill(b, sequences[b].data() + w.start, w.length - 1);
-            for (int b = 0; b < B; ++b) next[b] = sequences[b].back();
-            model.decode(next.data(), B, w.length - 1);
-            model.sample_next(next.data(), u.data(), B, options.sampling);
+            // A refill gives the step its tokens; the other steps decode the last step's draws.
+            if (w.refill) {
+                if (step > 0) take_drawn();
+                for (int b = 0; b < B; ++b) {
+                    model.prefill(b, sequences[b].data() + w.start, w.length - 1);
+                    next[b] = sequences[b].back();
+                }
+            }
+            model.decode(w.refill ? next.data() : nullptr, B, w.length - 1, u.data(),
+                         options.sampling, options.cuda_graph);
         } else {
             window.clear();
             for (const std::vector<int>& sequence : sequences)
                 window.insert(window.end(), sequence.begin() + w.start, sequence.end());
             const std::vector<float> logits = model.next_token_logits(window.data(), B, w.length);
             for (int b = 0; b < B; ++b)
-                next[b] = sample_token(logits.data() + static_cast<std::size_t>(b) * V, V,
-                                       options.sampling, u[b]);
+                sequences[b].push_back(sample_token(logits.data() + static_cast<std::size_t>(b) * V,
+                                                    V, options.sampling, u[b]));
         }
-        for (int b = 0; b < B; ++b) sequences[b].push_back(next[b]);
     }
+    if (options.kv_cache && options.tokens > 0) take_drawn();
     for (std::vector<int>& sequence : sequences)
         sequence.erase(sequence.begin(), sequence.begin() + prompt.size());
     return sequences;

@@ -12,7 +12,9 @@
 // first. Without the cache the host draws with sample_token; with it the GPU draws with the table's
 // sample op, the same rule: the same seed draws the same tokens both ways, unless the two ways'
 // logits, which differ in their last bits, move a boundary of the cumulative probabilities across
-// a uniform (trainer/README.md, "Generation with a KV cache").
+// a uniform (trainer/README.md, "Generation with a KV cache"). With the cache, each decoding step
+// runs as a CUDA graph (cuda_graph; Gpt::decode), the same kernels on the same values as without
+// one: the same tokens, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@ struct GenerationOptions {
     SamplingParams sampling;
     std::uint64_t seed = 0;
     bool kv_cache = true;
+    bool cuda_graph = true;  // with the cache: each decoding step as a CUDA graph, where it can
 };
 
 // Where a step of generation stands: the tokens the next one is predicted from are the window

@@ -9,8 +9,11 @@
 // backward starts from a scaled loss (loss_scaler.h) and the update divides the scale out of the
 // gradients, or skips the step where they overflowed. Generation keeps every layer's keys and
 // values (the KV cache, kv_cache.h): a prefill writes a prompt's, then each decoding step runs the
-// layers for one new token per sequence, its attention reading the cache, and computes the logits
-// of its position only.
+// layers for one new token per sequence, its attention reading the cache, computes the logits of
+// its position only and draws the next token. A step is some 140 small kernels, too short to hide
+// their launches, so it runs as one CUDA graph, captured once and replayed for every token: its
+// ops read what changes per token (the position, the token, the random number) from the GPU's
+// memory, which one copy per step fills, and the host enqueues step after step without waiting.
 //
 // Run:  build/trainer/bin/train_gpt --help          (trainer/README.md)
 // Interface: gpt.h
@@ -18,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -275,8 +280,8 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T, Optimi
 
 template <typename Act>
 Gpt<Act>::~Gpt() {
+    release_generation();
     for (void* p : allocations_) cudaFree(p);
-    for (void* p : gen_.allocations) cudaFree(p);
 }
 
 template <typename Act>
@@ -589,12 +594,58 @@ std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int B, int t) 
 
 // ---- Generation with a KV cache ----
 
+namespace {
+
+// Decoding steps the host enqueues before it waits for the GPU: the pinned memory of their values
+// and draws (4 x sequences words each). A wait every 256 steps costs next to nothing.
+constexpr int kStepsInFlight = 256;
+
+// A capture of a stream into a CUDA graph: begun by the constructor, ended by end(), or by the
+// destructor where an exception left it open (its graph dropped). ThreadLocal: a call that may not
+// be captured (an allocation, a synchronization) fails instead of running, and so does a launch on
+// the default stream, on which the capture's stream (a blocking one) would implicitly wait.
+class StreamCapture {
+  public:
+    explicit StreamCapture(cudaStream_t stream) : stream_(stream) {
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    }
+    cudaGraph_t end() {
+        capturing_ = false;
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        return graph;
+    }
+    ~StreamCapture() {
+        if (!capturing_) return;
+        cudaGraph_t graph = nullptr;
+        if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+        cudaGetLastError();  // a failed capture's error is not sticky: clear it
+    }
+    StreamCapture(const StreamCapture&) = delete;
+    StreamCapture& operator=(const StreamCapture&) = delete;
+
+  private:
+    cudaStream_t stream_;
+    bool capturing_ = true;
+};
+
+}  // namespace
+
+template <typename Act>
+void Gpt<Act>::release_generation() {
+    if (gen_.in_flight > 0) cudaStreamSynchronize(nullptr);  // their copies use the pinned memory
+    if (gen_.graph) cudaGraphExecDestroy(gen_.graph);
+    if (gen_.capture_stream) cudaStreamDestroy(gen_.capture_stream);
+    if (gen_.staged) cudaFreeHost(gen_.staged);
+    for (void* p : gen_.allocations) cudaFree(p);
+    device_bytes_ -= gen_.bytes;
+    gen_ = Generation{};
+}
+
 template <typename Act>
 void Gpt<Act>::reserve_kv_cache(int sequences) {
     if (sequences <= gen_.sequences) return;
-    for (void* p : gen_.allocations) CUDA_CHECK(cudaFree(p));
-    device_bytes_ -= gen_.bytes;
-    gen_ = Generation{};
+    release_generation();
     gen_.sequences = sequences;
     const std::size_t before = device_bytes_;
     const int L = config_.layers, C = config_.channels, NH = config_.heads;
@@ -616,10 +667,13 @@ void Gpt<Act>::reserve_kv_cache(int sequences) {
     gen_.rstd = allocate<float>(S, "decoding activations", owner);
     gen_.workspace =
         allocate<float>(decode_workspace_floats(sequences, NH, C / NH), "decoding scratch", owner);
-    gen_.uniforms = allocate<float>(S, "decoding scratch", owner);
-    gen_.tokens = allocate<int>(S, "decoding scratch", owner);
-    gen_.lengths = allocate<int>(S, "decoding scratch", owner);
+    gen_.step = allocate<int>(3 * S, "decoding scratch", owner);
+    gen_.prefill_length = allocate<int>(1, "decoding scratch", owner);
     gen_.bytes = device_bytes_ - before;
+    void* pinned = nullptr;
+    CUDA_CHECK(cudaMallocHost(&pinned, kStepsInFlight * 4 * S * sizeof(int)));
+    gen_.staged = static_cast<int*>(pinned);
+    gen_.drawn = gen_.staged + kStepsInFlight * 3 * S;
 }
 
 template <typename Act>
@@ -633,37 +687,96 @@ void Gpt<Act>::prefill(int b, const int* tokens, int t) {
                                  std::to_string(max_T_) + ")");
     if (t == 0) return;
     upload_tokens(tokens, nullptr, t);
+    CUDA_CHECK(cudaMemcpy(gen_.prefill_length, &t, sizeof t, cudaMemcpyHostToDevice));
     forward_layers(1, t);
     const int C = config_.channels, NH = config_.heads, capacity = config_.max_seq_len;
     const std::size_t btc = static_cast<std::size_t>(max_B_) * max_T_ * C;
     const std::size_t sequence = kv::layer_elements(1, NH, capacity, C / NH);
     for (int l = 0; l < config_.layers; ++l)
         ops_.kv_cache_write(gen_.keys + l * gen_.layer + b * sequence,
-                            gen_.values + l * gen_.layer + b * sequence, act_.qkv + l * 3 * btc, 1,
-                            t, C, NH, capacity, 0);
+                            gen_.values + l * gen_.layer + b * sequence, act_.qkv + l * 3 * btc,
+                            gen_.prefill_length, 1, t, C, NH, capacity);
 }
 
 template <typename Act>
-void Gpt<Act>::decode(const int* tokens, int B, int position) {
+void Gpt<Act>::decode(const int* tokens, int B, int position, const float* uniforms,
+                      const SamplingParams& params, bool graph) {
     if (B < 1 || B > gen_.sequences)
         throw std::runtime_error("decode: " + std::to_string(B) + " sequences for a KV cache of " +
                                  std::to_string(gen_.sequences) + " (reserve_kv_cache first)");
-    const int L = config_.layers, C = config_.channels, NH = config_.heads;
     const int capacity = config_.max_seq_len;
     if (position < 0 || position >= capacity)
         throw std::runtime_error("decode: position " + std::to_string(position) +
                                  " is outside the context of " + std::to_string(capacity));
-    check_tokens(tokens, B);
-    const std::vector<int> lengths(B, position + 1);
-    CUDA_CHECK(cudaMemcpy(gen_.tokens, tokens, B * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(gen_.lengths, lengths.data(), B * sizeof(int), cudaMemcpyHostToDevice));
-    const long long n = static_cast<long long>(B) * C;
+    if (tokens)
+        check_tokens(tokens, B);
+    else if (B != gen_.batch)
+        throw std::logic_error("decode: no tokens given, and the last step drew none for " +
+                               std::to_string(B) + " sequences");
+    if (B != gen_.batch) {
+        wait_for_draws();
+        for (const std::vector<int>& drawn : gen_.drawn_so_far)
+            if (!drawn.empty())
+                throw std::logic_error("decode: the tokens drawn for " +
+                                       std::to_string(gen_.batch) +
+                                       " sequences are not taken (drawn_tokens) before a step of " +
+                                       std::to_string(B));
+        gen_.batch = B;
+        gen_.drawn_so_far.assign(B, {});
+    }
+    if (gen_.in_flight == kStepsInFlight) wait_for_draws();  // its pinned memory is reused
 
-    // B sequences of one token at `position`: the position embedding's row `position` is the
-    // first row of the table from there.
-    ops_.embedding_forward(gen_.residual, gen_.tokens, param_[kTokenEmbedding],
-                           param_[kPositionEmbedding] + static_cast<std::size_t>(position) * C, B,
-                           1, C);
+    // The step's values, uploaded by one copy: its tokens where the host gives them (else the
+    // last step's draws stay where the sampler wrote them), its lengths and its uniforms.
+    const std::size_t S = gen_.sequences;
+    int* staged = gen_.staged + gen_.in_flight * 3 * S;
+    if (tokens) std::copy(tokens, tokens + B, staged);
+    std::fill(staged + B, staged + 2 * B, position + 1);
+    std::memcpy(staged + 2 * B, uniforms, B * sizeof(float));
+    const int first = tokens ? 0 : B;
+    CUDA_CHECK(cudaMemcpyAsync(gen_.step + first, staged + first, (3 * B - first) * sizeof(int),
+                               cudaMemcpyHostToDevice));
+
+    const char* refused = graph ? ops_.graph_refusal() : nullptr;
+    if (refused && !gen_.refusal_said) {
+        std::printf(
+            "generation: each decoding step launches its kernels one by one, not as a "
+            "CUDA graph: %s\n",
+            refused);
+        std::fflush(stdout);
+        gen_.refusal_said = true;
+    }
+    switch (gen_.plan.next(B, params, graph && !refused)) {
+        case DecodeGraphPlan::kEager:
+            enqueue_decode_step(B, params);
+            break;
+        case DecodeGraphPlan::kCapture:
+            capture_decode_step(B, params);
+            [[fallthrough]];
+        case DecodeGraphPlan::kReplay:
+            CUDA_CHECK(cudaGraphLaunch(gen_.graph, nullptr));  // on the default stream
+            ++gen_.use.steps;
+            break;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(gen_.drawn + gen_.in_flight * S, gen_.step, B * sizeof(int),
+                               cudaMemcpyDeviceToHost));
+    ++gen_.in_flight;
+}
+
+// B sequences of one token each: the token's embedding at its position, the layers with the
+// token's key and value written into the cache and its attention over it, the logits of the next
+// token, and its draw. Every value that changes from token to token is read on the GPU from
+// gen_.step: launched as they are here, the kernels serve every step from a graph.
+template <typename Act>
+void Gpt<Act>::enqueue_decode_step(int B, const SamplingParams& params) {
+    const int L = config_.layers, C = config_.channels, NH = config_.heads;
+    const int capacity = config_.max_seq_len;
+    const long long n = static_cast<long long>(B) * C;
+    int* tokens = gen_.step;
+    const int* lengths = gen_.step + B;
+    const float* uniforms = reinterpret_cast<const float*>(gen_.step + 2 * B);
+    ops_.decode_embedding(gen_.residual, tokens, param_[kTokenEmbedding],
+                          param_[kPositionEmbedding], lengths, B, C);
     for (int l = 0; l < L; ++l) {
         Act* keys = gen_.keys + l * gen_.layer;
         Act* values = gen_.values + l * gen_.layer;
@@ -671,9 +784,9 @@ void Gpt<Act>::decode(const int* tokens, int B, int position) {
                                param_[kLn1Weight] + l * C, param_[kLn1Bias] + l * C, B, C);
         ops_.linear_forward(gen_.qkv, nullptr, gen_.ln, param_[kQkvWeight] + l * 3 * C * C,
                             param_[kQkvBias] + l * 3 * C, B, C, 3 * C);
-        ops_.kv_cache_write(keys, values, gen_.qkv, B, 1, C, NH, capacity, position);
-        ops_.decode_attention(gen_.atty, gen_.workspace, gen_.qkv, keys, values, gen_.lengths, B, C,
-                              NH, capacity);
+        ops_.kv_cache_write(keys, values, gen_.qkv, lengths, B, 1, C, NH, capacity);
+        ops_.decode_attention(gen_.atty, gen_.workspace, gen_.qkv, keys, values, lengths, B, C, NH,
+                              capacity);
         ops_.linear_forward(gen_.projection, nullptr, gen_.atty,
                             param_[kAttnProjWeight] + l * C * C, param_[kAttnProjBias] + l * C, B,
                             C, C);
@@ -691,20 +804,56 @@ void Gpt<Act>::decode(const int* tokens, int B, int position) {
                            param_[kLnfBias], B, C);
     ops_.linear_forward(gen_.logits, nullptr, gen_.ln, param_[kTokenEmbedding], nullptr, B, C,
                         config_.padded_vocab_size);
+    ops_.sample(tokens, gen_.logits, uniforms, B, config_.vocab_size, config_.padded_vocab_size,
+                params.temperature, params.top_k, params.top_p);
+}
+
+// The step's ops enqueued on a stream of their own (op_stream: the default stream cannot be
+// captured), captured into gen_.graph, which runs on the default stream, after the step's upload.
+template <typename Act>
+void Gpt<Act>::capture_decode_step(int B, const SamplingParams& params) {
+    if (!gen_.capture_stream) CUDA_CHECK(cudaStreamCreate(&gen_.capture_stream));
+    if (gen_.graph) CUDA_CHECK(cudaGraphExecDestroy(gen_.graph));
+    gen_.graph = nullptr;
+    try {
+        StreamCapture capture(gen_.capture_stream);
+        {
+            const OpStreamScope on(gen_.capture_stream);
+            enqueue_decode_step(B, params);
+        }
+        const cudaGraph_t graph = capture.end();
+        const cudaError_t made = cudaGraphInstantiate(&gen_.graph, graph, 0);
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        course::cuda_check(made, "cudaGraphInstantiate of a decoding step", __FILE__, __LINE__);
+    } catch (const std::exception& e) {
+        gen_.plan.forget();
+        throw std::runtime_error(std::string("capturing a decoding step into a CUDA graph: ") +
+                                 e.what() + " (--no-cuda-graph launches its kernels one by one)");
+    }
+    ++gen_.use.captures;
+}
+
+template <typename Act>
+void Gpt<Act>::wait_for_draws() {
+    if (gen_.in_flight == 0) return;
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    const std::size_t S = gen_.sequences;
+    for (int s = 0; s < gen_.in_flight; ++s)
+        for (int b = 0; b < gen_.batch; ++b) gen_.drawn_so_far[b].push_back(gen_.drawn[s * S + b]);
+    gen_.in_flight = 0;
+}
+
+template <typename Act>
+std::vector<std::vector<int>> Gpt<Act>::drawn_tokens() {
+    wait_for_draws();
+    std::vector<std::vector<int>> drawn = std::move(gen_.drawn_so_far);
+    gen_.drawn_so_far.assign(gen_.batch, {});
+    return drawn;
 }
 
 template <typename Act>
 std::vector<float> Gpt<Act>::decode_logits(int B) const {
     return rows_of_logits(gen_.logits, config_.padded_vocab_size, B, config_.vocab_size);
-}
-
-template <typename Act>
-void Gpt<Act>::sample_next(int* tokens, const float* uniforms, int B,
-                           const SamplingParams& params) {
-    CUDA_CHECK(cudaMemcpy(gen_.uniforms, uniforms, B * sizeof(float), cudaMemcpyHostToDevice));
-    ops_.sample(gen_.tokens, gen_.logits, gen_.uniforms, B, config_.vocab_size,
-                config_.padded_vocab_size, params.temperature, params.top_k, params.top_p);
-    CUDA_CHECK(cudaMemcpy(tokens, gen_.tokens, B * sizeof(int), cudaMemcpyDeviceToHost));
 }
 
 template <typename Act>

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_graph.h"
 #include "ops.h"
 #include "sampling.h"
 
@@ -165,16 +166,31 @@ class Gpt {
     // Sequence b's cache filled from tokens[0 .. t): their keys and values at positions 0 .. t - 1,
     // from a forward pass over them (t up to the T the model was built for; 0 leaves it empty).
     void prefill(int b, const int* tokens, int t);
-    // One step of B sequences: tokens[b] at `position` of sequence b, whose cache holds positions
-    // 0 .. position - 1. Its key and value are written at `position` in every layer, its attention
-    // reads positions 0 .. position, and the logits of the next token are computed for that
-    // position only (decode_logits, sample_next).
-    void decode(const int* tokens, int B, int position);
-    // The last decode's logits, [B][V] floats.
+    // Enqueues one decoding step of B sequences and returns without waiting for the GPU: sequence
+    // b's token at `position` (its cache holding positions 0 .. position - 1) is tokens[b] where
+    // tokens is not null, else the token the last step, of the same B, drew for it. Its key and
+    // value are written at `position` in every layer, its attention reads positions 0 ..
+    // position, the logits of the next token are computed for that position only (decode_logits),
+    // and the next token is drawn from them on the GPU with uniforms[b] by the table's sample op,
+    // the rule of sampling.h (drawn_tokens). With `graph`, the step runs as a CUDA graph where the
+    // table allows it (decode_graph.h: captured at the second step of a batch and sampling,
+    // replayed by the later ones); without, or where the table does not (a line says why, once),
+    // its kernels are launched one by one. The two ways run the same kernels on the same values:
+    // the same logits and tokens, bit for bit.
+    void decode(const int* tokens, int B, int position, const float* uniforms,
+                const SamplingParams& params, bool graph);
+    // The tokens drawn by the decoding steps since the last call, [B][steps], once the GPU has
+    // drawn them.
+    std::vector<std::vector<int>> drawn_tokens();
+    // The last decoding step's logits, [B][V] floats.
     std::vector<float> decode_logits(int B) const;
-    // A token per sequence from the last decode's logits, drawn on the GPU by the table's sample op
-    // (the rule of sampling.h) with uniforms[b]: written to tokens[b] (host arrays of B).
-    void sample_next(int* tokens, const float* uniforms, int B, const SamplingParams& params);
+    // How the decoding steps ran: graphs captured, and steps run by a graph (the others launched
+    // their kernels one by one).
+    struct DecodeGraphUse {
+        int captures = 0;
+        long steps = 0;
+    };
+    DecodeGraphUse decode_graph_use() const { return gen_.use; }
 
     // Clips the gradients to max_norm (0: no clipping) and takes an AdamW step (step counts the
     // steps taken, from 1). Returns the gradient norm before clipping. loss_scale: the factor the
@@ -196,6 +212,13 @@ class Gpt {
     // process's from `own`.
     void gather_shards(float* full, const float* own);
     void upload_tokens(const int* inputs, const int* targets, int n);
+    // A decoding step of B sequences: its ops enqueued, eagerly, or in a capture.
+    void enqueue_decode_step(int B, const SamplingParams& params);
+    void capture_decode_step(int B, const SamplingParams& params);
+    // Waits for the decoding steps enqueued and moves the tokens they drew to gen_.drawn_so_far.
+    void wait_for_draws();
+    // The KV cache, the decoding step's buffers, its graph and its pinned memory, freed.
+    void release_generation();
     std::vector<float> download(const float* device) const;
     float mean_loss(int rows);
     // `count` elements of GPU memory, owned by `owner` (freed with the model). Out of memory, the
@@ -278,11 +301,28 @@ class Gpt {
         float* mean = nullptr;      // LayerNorm's statistics (not kept)
         float* rstd = nullptr;
         float* workspace = nullptr;  // decode attention's: decode_workspace_floats
-        float* uniforms = nullptr;
-        int* tokens = nullptr;
-        int* lengths = nullptr;  // position + 1 of every sequence, for decode attention
+        // A step's values, read by its ops on the GPU (ops.h), 32-bit words: for a step of B
+        // sequences its tokens [B] (the host's, or the last step's draws, which the sampler writes
+        // there), its lengths [B] (position + 1) and its uniforms [B] (floats); [3 x sequences].
+        int* step = nullptr;
+        int* prefill_length = nullptr;  // a prefill's t, for kv_cache_write
         std::vector<void*> allocations;
         std::size_t bytes = 0;
+        // Pinned host memory for the steps enqueued and not waited for (kStepsInFlight, gpt.cu):
+        // each one's values ([3 x sequences] words, uploaded by one asynchronous copy) and the
+        // tokens it drew ([sequences], downloaded by another), so that the host enqueues step after
+        // step without waiting for the GPU.
+        int* staged = nullptr;
+        int* drawn = nullptr;
+        int in_flight = 0;                           // steps enqueued since the last wait
+        int batch = 0;                               // B of the last step (0: none yet)
+        std::vector<std::vector<int>> drawn_so_far;  // [batch][steps] waited for, not yet taken
+        // The decoding step's CUDA graph (decode_graph.h), captured on a stream of its own.
+        DecodeGraphPlan plan;
+        cudaStream_t capture_stream = nullptr;
+        cudaGraphExec_t graph = nullptr;
+        bool refusal_said = false;  // the line on why a step runs without a graph, printed
+        DecodeGraphUse use;
     } gen_;
 };
 

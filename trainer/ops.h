@@ -9,7 +9,9 @@
 //
 // Shapes use the names of the model: B sequences of T tokens, C channels, NH heads, OC output
 // channels of a linear layer, V the vocabulary and Vp the vocabulary padded for the GEMMs.
-// Every pointer is a device pointer; every function enqueues its work on the default stream.
+// Every pointer is a device pointer; every function enqueues its work in order on one stream: the
+// default stream, or, while generation captures a decoding step into a CUDA graph, the capture's
+// (op_stream below; a table says in graph_refusal where its ops cannot follow it).
 //
 // The tables (ops_reference.cu): "reference", the course's fastest implementation (generation's ops
 // in ops_generation.cu), and "profile", the same ops each timed alone with CUDA events (a table of
@@ -22,6 +24,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
@@ -47,6 +50,30 @@ struct TokenBuckets {
     const int* token;      // [count]: the token id of each bucket
     const int* start;      // [count + 1]: bucket k holds positions[start[k] .. start[k + 1])
     const int* positions;  // [B * T]: flat positions b * T + t, in increasing order per bucket
+};
+
+// The stream the reference's kernels and products are enqueued on (ops_reference.cu,
+// ops_generation.cu): the default stream, except while generation captures a decoding step into a
+// CUDA graph (gpt.cu), which it does on a stream of its own because the default stream cannot be
+// captured. What the reference runs through a contract without a stream (module 06's LayerNorm in
+// fp32, module 07's attention, cuDNN's) stays on the default stream. Per thread, as the capture.
+namespace detail {
+inline thread_local cudaStream_t op_stream = nullptr;
+}
+inline cudaStream_t op_stream() { return detail::op_stream; }
+
+// While it lives, op_stream() is `stream` on this thread.
+class OpStreamScope {
+  public:
+    explicit OpStreamScope(cudaStream_t stream) : previous_(detail::op_stream) {
+        detail::op_stream = stream;
+    }
+    ~OpStreamScope() { detail::op_stream = previous_; }
+    OpStreamScope(const OpStreamScope&) = delete;
+    OpStreamScope& operator=(const OpStreamScope&) = delete;
+
+  private:
+    cudaStream_t previous_;
 };
 
 // The softmax scale of attention with heads of HS elements: 1 / sqrt(HS).
@@ -135,11 +162,19 @@ struct Ops {
                   float beta2_correction, float eps, float weight_decay, float grad_scale);
 
     // ---- Generation with a KV cache (gpt.h: Gpt::prefill, Gpt::decode; kv_cache.h) ----
+    // Where a decoding step's values change from token to token (its position, its token), the
+    // ops read them from the GPU's memory, so that a CUDA graph of the step serves every token.
 
+    // One new token per sequence: out[b,:] = wte[tokens[b],:] + wpe[lengths[b] - 1,:], the
+    // token at the last position of its sequence (tokens and lengths on the device).
+    void (*decode_embedding)(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                             const int* lengths, int B, int C);
     // The keys and values of qkv [B, T, 3C] written into one layer's caches k_cache and v_cache
-    // [B, NH, capacity, HS] at positions start .. start + T - 1 of each sequence.
-    void (*kv_cache_write)(Act* k_cache, Act* v_cache, const Act* qkv, int B, int T, int C, int NH,
-                           int capacity, int start);
+    // [B, NH, capacity, HS] at positions lengths[b] - T .. lengths[b] - 1 of sequence b: its last T
+    // positions once written (lengths on the device; a position outside the cache is not written:
+    // the callers check theirs on the host).
+    void (*kv_cache_write)(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B,
+                           int T, int C, int NH, int capacity);
     // One new token per sequence: out [B, C], each head's attention of the token's query (the q
     // part of qkv [B, 3C]) over the first lengths[b] positions of its sequence's caches, the
     // token's own key and value among them (written before); the positions past lengths[b] are
@@ -153,6 +188,14 @@ struct Ops {
     // tokens [rows]; uniforms and tokens on the device.
     void (*sample)(int* tokens, const Act* logits, const float* uniforms, int rows, int V, int Vp,
                    float temperature, int top_k, float top_p);
+
+    // Why a decoding step through this table cannot be captured into a CUDA graph (a phrase, for
+    // the line generation prints before it launches the step's kernels one by one instead), or
+    // nullptr where it can: every op a step calls (decode_embedding, layernorm_forward,
+    // linear_forward, kv_cache_write, decode_attention, residual_forward, sample) then enqueues its
+    // work on op_stream() alone, and allocates, synchronizes or copies to the host nothing once it
+    // has run on the step's shapes.
+    const char* (*graph_refusal)();
 };
 
 // Whether the reference's bf16 attention may be cuDNN's fused attention (the default, where the

@@ -23,6 +23,7 @@ enum class TrainerOp {
     kCrossEntropy,
     kSumOfSquares,
     kAdamW,
+    kDecodeEmbedding,
     kKvCacheWrite,
     kDecodeAttention,
     kSample,

@@ -1,6 +1,6 @@
-// trainer/ops_generation: the reference's ops of generation with a KV cache: each layer's keys and
-// values written into the cache, attention of one new token per sequence over it, and sampling
-// the next token on the GPU.
+// trainer/ops_generation: the reference's ops of generation with a KV cache: a new token's
+// embedding at its position, each layer's keys and values written into the cache, attention of one
+// new token per sequence over it, and sampling the next token on the GPU.
 //
 // Teaches: what decoding is made of once the cache holds every earlier token's keys and values.
 // Attention for one query reads its head's whole cache once, about one FLOP per byte, so it is
@@ -8,6 +8,9 @@
 // each cache is cut along its positions (flash-decoding, kv_cache.h): a block per chunk keeps the
 // online softmax of its keys (a group of lanes per key, one 16-byte load each, several keys in
 // flight), and a second kernel merges the chunks' states, each rescaled to their common maximum.
+// The cut is the capacity's and the lengths are read on the GPU, as the position of the embedding
+// and of the cache's writes: nothing a kernel is launched with changes from one token to the next,
+// so one CUDA graph of a decoding step replays every step (gpt.cu).
 // Sampling needs no sort: top-k and top-p are thresholds on the logits, found by a radix select
 // over their bits (counts for top-k, masses for top-p), with masses in fixed point so that every
 // sum is exact whatever its order, and the draw is a block-wide scan in vocabulary order: the same
@@ -15,7 +18,8 @@
 //
 // Run:  build/trainer/bin/train_gpt --generate --resume out/model.ckpt --generate-batch 4
 //       build/trainer/bin/train_gpt --generate-bench 1024 -m gpt2-124m     (trainer/README.md)
-// Interface: ops.h (kv_cache_write, decode_attention, sample), ops_generation.h
+// Interface: ops.h (decode_embedding, kv_cache_write, decode_attention, sample),
+//            ops_generation.h
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -39,13 +43,32 @@ using course::from_float;
 using course::to_float;
 using sampling::Mass;
 
+// ---- A new token's embedding ----
+
+// A thread per element: the token's row of wte plus the row of wpe at its position, the
+// arithmetic of the reference's embedding_forward (ops_reference.cu), so that a decoding step
+// embeds its token to the same bits as a forward pass does.
+template <typename Act>
+__global__ void decode_embedding_kernel(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                                        const int* lengths, int B, int C) {
+    const long long n = static_cast<long long>(B) * C;
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const int b = static_cast<int>(i / C), c = static_cast<int>(i % C);
+        const long long position = lengths[b] - 1;
+        out[i] = from_float<Act>(to_float(wte[static_cast<long long>(tokens[b]) * C + c]) +
+                                 to_float(wpe[position * C + c]));
+    }
+}
+
 // ---- The cache written ----
 
 // Each thread moves W values of a head's row (W divides the head size): the key from qkv's k
-// part, the value from its v part, to position start + t of the sequence's cache.
+// part, the value from its v part, to position lengths[b] - T + t of the sequence's cache.
 template <typename Act, int W>
-__global__ void kv_cache_write_kernel(Act* k_cache, Act* v_cache, const Act* qkv, int T, int C,
-                                      int NH, int capacity, int start, long long packs) {
+__global__ void kv_cache_write_kernel(Act* k_cache, Act* v_cache, const Act* qkv,
+                                      const int* lengths, int T, int C, int NH, int capacity,
+                                      long long packs) {
     using Vec = Pack<Act, W>;
     const int HS = C / NH;
     for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < packs;
@@ -54,7 +77,9 @@ __global__ void kv_cache_write_kernel(Act* k_cache, Act* v_cache, const Act* qkv
         const long long bt = i / C;
         const int c = static_cast<int>(i % C);
         const int t = static_cast<int>(bt % T), b = static_cast<int>(bt / T);
-        const std::size_t to = kv::offset(b, c / HS, start + t, c % HS, NH, capacity, HS);
+        const int position = lengths[b] - T + t;
+        if (position < 0 || position >= capacity) continue;  // never another sequence's cache
+        const std::size_t to = kv::offset(b, c / HS, position, c % HS, NH, capacity, HS);
         const Act* row = qkv + bt * 3 * C;
         *reinterpret_cast<Vec*>(k_cache + to) = *reinterpret_cast<const Vec*>(row + C + c);
         *reinterpret_cast<Vec*>(v_cache + to) = *reinterpret_cast<const Vec*>(row + 2 * C + c);
@@ -349,18 +374,24 @@ __global__ void __launch_bounds__(kSampleBlock)
 }  // namespace
 
 template <typename Act>
-void kv_cache_write_reference(Act* k_cache, Act* v_cache, const Act* qkv, int B, int T, int C,
-                              int NH, int capacity, int start) {
-    if (start < 0 || start + T > capacity)
-        throw std::invalid_argument("kv_cache_write: positions " + std::to_string(start) + " to " +
-                                    std::to_string(start + T - 1) + " are outside a cache of " +
-                                    std::to_string(capacity));
+void decode_embedding_reference(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                                const int* lengths, int B, int C) {
+    const long long n = static_cast<long long>(B) * C;
+    decode_embedding_kernel<Act><<<elementwise_blocks(n), kElementwiseBlock, 0, op_stream()>>>(
+        out, tokens, wte, wpe, lengths, B, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename Act>
+void kv_cache_write_reference(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B,
+                              int T, int C, int NH, int capacity) {
     const long long n = static_cast<long long>(B) * T * C;
     if (n == 0) return;
     const auto launch = [&](auto width) {
         constexpr int W = decltype(width)::value;
-        kv_cache_write_kernel<Act, W><<<elementwise_blocks(n / W), kElementwiseBlock>>>(
-            k_cache, v_cache, qkv, T, C, NH, capacity, start, n / W);
+        kv_cache_write_kernel<Act, W>
+            <<<elementwise_blocks(n / W), kElementwiseBlock, 0, op_stream()>>>(
+                k_cache, v_cache, qkv, lengths, T, C, NH, capacity, n / W);
     };
     if ((C / NH) % kWide<Act> == 0 && moves_wide<Act>(n, k_cache, v_cache, qkv))
         launch(std::integral_constant<int, kWide<Act>>{});
@@ -379,12 +410,12 @@ void decode_attention_reference(Act* out, float* workspace, const Act* qkv, cons
         !course::is_aligned(v_cache, 16))
         throw std::invalid_argument("decode_attention: qkv and the caches must be 16-byte aligned");
     const kv::Split split = kv::split_for(capacity, B * NH, sm_count());
-    decode_split_kernel<Act><<<dim3(split.splits, NH, B), kDecodeBlock>>>(
+    decode_split_kernel<Act><<<dim3(split.splits, NH, B), kDecodeBlock, 0, op_stream()>>>(
         workspace, qkv, k_cache, v_cache, lengths, C, NH, capacity, split.chunk, lanes,
         attention_scale(HS));
     CUDA_CHECK_LAUNCH();
     // A thread per element of a head, in whole warps.
-    decode_merge_kernel<Act><<<dim3(NH, B), course::ceil_div(HS, kWarp) * kWarp>>>(
+    decode_merge_kernel<Act><<<dim3(NH, B), course::ceil_div(HS, kWarp) * kWarp, 0, op_stream()>>>(
         out, workspace, C, NH, HS, split.splits);
     CUDA_CHECK_LAUNCH();
 }
@@ -395,14 +426,16 @@ void sample_reference(int* tokens, const Act* logits, const float* uniforms, int
     if (V > sampling::kMaxVocab)
         throw std::invalid_argument("sample: a vocabulary of " + std::to_string(V) +
                                     " is more than the fixed-point sums hold (2^23)");
-    sample_kernel<Act>
-        <<<rows, kSampleBlock>>>(tokens, logits, uniforms, V, Vp, temperature, top_k, top_p);
+    sample_kernel<Act><<<rows, kSampleBlock, 0, op_stream()>>>(tokens, logits, uniforms, V, Vp,
+                                                               temperature, top_k, top_p);
     CUDA_CHECK_LAUNCH();
 }
 
 #define TRAINER_GENERATION_OPS(Act)                                                                \
-    template void kv_cache_write_reference<Act>(Act*, Act*, const Act*, int, int, int, int, int,   \
-                                                int);                                              \
+    template void decode_embedding_reference<Act>(Act*, const int*, const Act*, const Act*,        \
+                                                  const int*, int, int);                           \
+    template void kv_cache_write_reference<Act>(Act*, Act*, const Act*, const int*, int, int, int, \
+                                                int, int);                                         \
     template void decode_attention_reference<Act>(Act*, float*, const Act*, const Act*,            \
                                                   const Act*, const int*, int, int, int, int);     \
     template void sample_reference<Act>(int*, const Act*, const float*, int, int, int, float, int, \

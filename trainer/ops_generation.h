@@ -1,6 +1,6 @@
 // The reference's ops of generation (ops_generation.cu), which ops_reference.cu puts in its
-// table: the KV cache written, attention of one new token per sequence over it, and sampling on
-// the GPU. What each computes: ops.h, the fields of the same names.
+// table: a new token's embedding, the KV cache written, attention of one new token per sequence
+// over it, and sampling on the GPU. What each computes: ops.h, the fields of the same names.
 #pragma once
 
 #include "ops.h"
@@ -8,8 +8,12 @@
 namespace trainer {
 
 template <typename Act>
-void kv_cache_write_reference(Act* k_cache, Act* v_cache, const Act* qkv, int B, int T, int C,
-                              int NH, int capacity, int start);
+void decode_embedding_reference(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                                const int* lengths, int B, int C);
+
+template <typename Act>
+void kv_cache_write_reference(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B,
+                              int T, int C, int NH, int capacity);
 
 // Heads whose size is kWide<Act> (8 in bf16 and fp16, 4 in fp32) times a power of two up to 32;
 // other sizes throw std::invalid_argument (generation without the cache takes any).

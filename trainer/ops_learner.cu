@@ -13,6 +13,13 @@
 // and says so. Generation's ops take module 10's decode_attention, topk and sample the same way,
 // where the course has the module (exercise_functions.h).
 //
+// What the conversions cost is the bf16 run's price for fp32 contracts, and the fast references
+// avoid it: where the library of an op's exercise also defines the optional entry point with the
+// trainer's own precision and layout (course/entry_point.h: vector_add_bf16, gemm_bf16_epilogue,
+// layernorm_bf16, layernorm_backward_bf16, cross_entropy_bf16), a bf16 run calls that instead,
+// with nothing around it; a library without one (a learner's file) runs as above. The printout
+// says which path each op took.
+//
 // Three tables: "learner", the files in modules/ (build/learner), "solutions", the readable
 // solutions (build/solutions), and "fast", the fast references where an exercise has one, else
 // its readable solution (build/fast). Each exercise file is a shared library of its own
@@ -33,6 +40,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -199,11 +207,22 @@ std::string boundary(ExerciseOp op, const Plugged& p) {
                                            : "";
     const auto has = [&](const char* key) { return p.find(key) != nullptr; };
     const std::string act = bf16_run ? "bf16" : "float";
+    // A bf16 run where the library lacks the op's bf16 entry point: said before the conversions.
+    const auto without = [&](const char* key) {
+        return bf16_run ? "(no " + std::string(key) + " in this library) " : std::string();
+    };
     std::string text;
     switch (op) {
         case kGemm:
+            if (has("gemm_bf16_epilogue") && bf16_run)
+                return "gemm_bf16_epilogue: each product one call into bf16, the bias (and the "
+                       "GELU or its derivative where gelu is not plugged) in its epilogue, W read "
+                       "as stored for dinp, dout and inp for dW (MN-major: nothing transposed), "
+                       "dW added into the float gradient; the bias gradient by the table's column "
+                       "sums";
             if (has("gemm_bf16") && bf16_run)
-                return "the products in float (gemm_bf16's C), then bias, GELU and bf16 by the "
+                return without("gemm_bf16_epilogue") +
+                       "the products in float (gemm_bf16's C), then bias, GELU and bf16 by the "
                        "table; W, dout and inp transposed for the backward's products (gemm_bf16 "
                        "takes A B^T), rows padded with zeros to a multiple of 8";
             if (has("sgemm"))
@@ -226,11 +245,17 @@ std::string boundary(ExerciseOp op, const Plugged& p) {
             break;
         }
         case kLayerNorm:
-            if (has("layernorm")) return std::string(converted) + "as its contract says";
+            if (has("layernorm_bf16") && bf16_run)
+                return "layernorm_bf16: the bf16 rows as they are, in chunks of 2^26 values";
+            if (has("layernorm"))
+                return without("layernorm_bf16") + converted + "as its contract says";
             break;
         case kLayerNormBackward:
+            if (has("layernorm_backward_bf16") && bf16_run)
+                return "layernorm_backward_bf16: the bf16 rows as they are, adding into the "
+                       "trainer's gradients itself, in chunks of 2^26 values";
             if (has("layernorm_backward"))
-                return std::string(converted) +
+                return without("layernorm_backward_bf16") + converted +
                        "dx, dweight and dbias written to scratch, then added to the trainer's "
                        "gradients (the trainer accumulates them)";
             break;
@@ -252,14 +277,20 @@ std::string boundary(ExerciseOp op, const Plugged& p) {
                        "into dqkv; heads of 64 or 128";
             break;
         case kCrossEntropy:
+            if (has("cross_entropy_bf16") && bf16_run)
+                return "cross_entropy_bf16: the bf16 logits as they are, padded rows, the gradient "
+                       "at the trainer's scale written over them, in chunks of 2^26 values";
             if (has("cross_entropy"))
-                return std::string(converted) +
+                return without("cross_entropy_bf16") + converted +
                        "the logits copied to float with the padded vocabulary columns masked to "
                        "-inf, in chunks of rows; its dlogits (the chunk's mean) scaled to the "
                        "trainer's loss scale";
             break;
         case kResidual:
-            if (has("vector_add")) return std::string(converted) + "as its contract says";
+            if (has("vector_add_bf16") && bf16_run)
+                return "vector_add_bf16: the bf16 values as they are, in chunks of 2^26";
+            if (has("vector_add"))
+                return without("vector_add_bf16") + converted + "as its contract says";
             break;
         case kDecodeAttention:
             if (has("decode_attention") && bf16_run)
@@ -305,13 +336,21 @@ void load(ExerciseTable& table) {
     table.loaded = true;
     std::printf("kernels: %s (%s), every other op the reference's:\n", table.name, path.c_str());
     const Plugged& gemm = table.ops[kGemm];
+    // A bf16 run whose gemm library has gemm_bf16_epilogue: the GELU of an unplugged gelu rides in
+    // its epilogue (linear_forward, linear_backward).
+    const bool epilogue =
+        std::is_same_v<Act, bf16> && !gemm.exercise.empty() && gemm.find("gemm_bf16_epilogue");
     for (int op = 0; op < kExerciseOps; ++op) {
         const Plugged& p = table.ops[op];
         if (p.exercise.empty() && op == kLinearBackward && !gemm.exercise.empty())
             std::printf(
-                "  %-19s not plugged: its two products on gemm's kernel (%s: %s), the "
+                "  %-19s not plugged: its two products on gemm's kernel (%s: %s%s), the "
                 "bias gradient by the table's column sums\n",
-                kExerciseOpNames[op], table.whose, gemm.exercise.c_str());
+                kExerciseOpNames[op], table.whose, gemm.exercise.c_str(),
+                epilogue ? ", gemm_bf16_epilogue: W read as stored, dW added into float" : "");
+        else if (p.exercise.empty() && op == kGelu && epilogue)
+            std::printf("  %-19s not plugged: in gemm's epilogue (%s: %s, gemm_bf16_epilogue)\n",
+                        kExerciseOpNames[op], table.whose, gemm.exercise.c_str());
         else if (p.exercise.empty())
             std::printf("  %-19s reference\n", kExerciseOpNames[op]);
         else
@@ -336,6 +375,7 @@ enum Scratch {
     kScores,
     kGradientA,
     kGradientB,
+    kColumnSums,
     kLogits,
     kTopValues,
     kTopIndices,
@@ -454,16 +494,56 @@ To* transposed(Scratch use, const From* in, int rows, int cols, int out_cols) {
     return out;
 }
 
-// sums[c] += the sum of column c of m (rows x cols): 8 rows groups per column, added in a fixed
-// order (the same bits on every run).
+// sums[c] += the sum of column c of m (rows x cols), in two passes: the column sums of chunks of
+// kSumRows rows, each a block of kTile x kTileRows threads over kTile columns (thread (x, y) adds
+// rows y, y + kTileRows, ... of column x: a warp reads kTile consecutive values of a row), its
+// rows' sums added in order; then each column's chunk sums, in chunk order (the same bits on
+// every run). The chunks keep the GPU busy where a block per kTile columns would not: GPT-2's
+// 768 columns are 24 such blocks, its 16384 rows 64 chunks.
+constexpr int kSumRows = 256;
+constexpr int kSumLoads = 8;
+
+// partials[chunk][c] for the kTile columns of band `band`; chunk and band from a 1D grid (either
+// may pass grid.y's 65535).
 template <typename Act>
-__global__ void column_sums_kernel(float* sums, const Act* m, int rows, int cols) {
+__global__ void column_chunk_sums_kernel(float* partials, const Act* m, int rows, int cols,
+                                         int bands) {
+    __shared__ float partial[kTileRows][kTile];
+    const int band = blockIdx.x % bands, chunk = blockIdx.x / bands;
+    const int col = band * kTile + threadIdx.x;
+    const int last = min((chunk + 1) * kSumRows, rows);
+    float sum = 0.0f;
+    if (col < cols)
+        for (int first = chunk * kSumRows + threadIdx.y; first < last;
+             first += kTileRows * kSumLoads) {
+            // kSumLoads independent loads in flight before the first is added.
+            float values[kSumLoads];
+#pragma unroll
+            for (int j = 0; j < kSumLoads; ++j) {
+                const int r = first + j * kTileRows;
+                values[j] =
+                    r < last ? static_cast<float>(m[static_cast<long long>(r) * cols + col]) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < kSumLoads; ++j) sum += values[j];
+        }
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= cols) return;
+    float total = 0.0f;
+    for (int y = 0; y < kTileRows; ++y) total += partial[y][threadIdx.x];
+    partials[static_cast<long long>(chunk) * cols + col] = total;
+}
+
+// sums[c] += the chunks' partial sums of column c: a block of kTile x kTileRows threads per kTile
+// columns, thread (x, y) adding chunks y, y + kTileRows, ..., then the kTileRows sums in order.
+__global__ void add_chunk_sums_kernel(float* sums, const float* partials, int chunks, int cols) {
     __shared__ float partial[kTileRows][kTile];
     const int col = blockIdx.x * kTile + threadIdx.x;
     float sum = 0.0f;
     if (col < cols)
-        for (int r = threadIdx.y; r < rows; r += kTileRows)
-            sum += static_cast<float>(m[static_cast<long long>(r) * cols + col]);
+        for (int chunk = threadIdx.y; chunk < chunks; chunk += kTileRows)
+            sum += partials[static_cast<long long>(chunk) * cols + col];
     partial[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
     if (threadIdx.y != 0 || col >= cols) return;
@@ -474,8 +554,12 @@ __global__ void column_sums_kernel(float* sums, const Act* m, int rows, int cols
 
 template <typename Act>
 void add_column_sums(float* sums, const Act* m, int rows, int cols) {
-    column_sums_kernel<<<course::ceil_div(cols, kTile), dim3(kTile, kTileRows)>>>(sums, m, rows,
-                                                                                  cols);
+    const int chunks = course::ceil_div(rows, kSumRows), bands = course::ceil_div(cols, kTile);
+    float* partials = scratch<float>(kColumnSums, static_cast<long long>(chunks) * cols);
+    column_chunk_sums_kernel<<<static_cast<unsigned>(chunks) * bands, dim3(kTile, kTileRows)>>>(
+        partials, m, rows, cols, bands);
+    CUDA_CHECK_LAUNCH();
+    add_chunk_sums_kernel<<<bands, dim3(kTile, kTileRows)>>>(sums, partials, chunks, cols);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -616,6 +700,49 @@ bool gemm_takes(ExerciseTable& table, int rows, int C, int OC) {
     return false;
 }
 
+// ---- Linear layers through gemm_bf16_epilogue (05's fast reference): no conversions ----
+//
+// Where the gemm library defines the optional gemm_bf16_epilogue (gemm_bf16_epilogue.h), a bf16
+// run makes each product one call, reading every operand as the trainer stores it: y = inp W^T
+// (both K-major) with the bias, and the GELU where gelu is not plugged, in its epilogue; dinp =
+// dout W, W (OC x C, stored K x N) read MN-major, times GELU' likewise; dW += dout^T inp, dout
+// and inp (rows x OC, rows x C: K x M and K x N) read MN-major, added into the float gradient.
+// Where gelu is plugged, its own kernel runs as a pass of its own (the learner's choice).
+
+using EpilogueGemm = decltype(::gemm_bf16_epilogue);
+
+// Why gemm_bf16_epilogue's contract does not take this layer (the sizes, the pointers' 16-byte
+// alignment), else empty.
+std::string epilogue_refuses(int rows, int C, int OC, std::initializer_list<const void*> pointers) {
+    if (C % 8 != 0 || OC % 8 != 0)
+        return "gemm_bf16_epilogue takes widths that are multiples of 8, and this layer is " +
+               shape("", OC, C);
+    if (rows > 65536 || C > 65536 || OC > 65536 ||
+        static_cast<long long>(rows) * std::max(C, OC) >= (1LL << 31))
+        return "gemm_bf16_epilogue takes sizes up to 2^16 and matrices below 2^31 values, and "
+               "this layer is " +
+               shape("", OC, C) + " for " + std::to_string(rows) + " rows";
+    for (const void* p : pointers)
+        if (p && !course::is_aligned(p, 16))
+            return "gemm_bf16_epilogue takes matrices that start on 16 bytes";
+    return "";
+}
+
+// The gemm library's gemm_bf16_epilogue where this bf16 run's layer is within its contract, else
+// null (with a note where the library has one but the layer does not fit: gemm_bf16's path then).
+template <typename Act>
+EpilogueGemm* epilogue_gemm(ExerciseTable& table, int rows, int C, int OC,
+                            std::initializer_list<const void*> pointers) {
+    const Plugged& gemm = table.ops[kGemm];
+    if (!std::is_same_v<Act, bf16> || !gemm.active()) return nullptr;
+    auto* f = gemm.function<EpilogueGemm>("gemm_bf16_epilogue");
+    if (!f) return nullptr;
+    const std::string refused = epilogue_refuses(rows, C, OC, pointers);
+    if (refused.empty()) return f;
+    note(table, "gemm: " + refused + ": gemm_bf16, converted, runs it");
+    return nullptr;
+}
+
 template <int kTable, typename Act>
 void linear_forward(Act* out, Act* gelu_input, const Act* inp, const Act* weight, const Act* bias,
                     int rows, int C, int OC) {
@@ -623,6 +750,20 @@ void linear_forward(Act* out, Act* gelu_input, const Act* inp, const Act* weight
     // y = inp W^T + bias, where GELU follows into gelu_input; then out = GELU(gelu_input).
     Act* y = gelu_input ? gelu_input : out;
     const long long n = static_cast<long long>(rows) * OC;
+    if constexpr (std::is_same_v<Act, bf16>) {
+        const bool fused_gelu = gelu_input && !table.ops[kGelu].active();
+        if (auto* f = epilogue_gemm<Act>(table, rows, C, OC, {out, gelu_input, inp, weight, bias});
+            f && ran(table, kGemm, [&] {
+                GemmEpilogue epilogue;
+                epilogue.out = fused_gelu ? out : y;
+                epilogue.bias = bias;
+                if (fused_gelu) epilogue.gelu_input = gelu_input;
+                f(rows, OC, C, inp, GemmMajor::kK, weight, GemmMajor::kK, epilogue);
+            })) {
+            if (gelu_input && !fused_gelu) gelu_forward<kTable>(out, gelu_input, n);
+            return;
+        }
+    }
     const bool ours = gemm_takes<Act>(table, rows, C, OC) && ran(table, kGemm, [&] {
                           const float* product =
                               forward_product(table.ops[kGemm], inp, weight, rows, C, OC);
@@ -657,6 +798,25 @@ void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, c
             if constexpr (std::is_same_v<Act, bf16>) map(dinp, dinp_f, in_count, Same{});
         }))
         return;
+    if constexpr (std::is_same_v<Act, bf16>) {
+        const bool fused_gelu = gelu_input && !table.ops[kGelu].active();
+        if (auto* f = epilogue_gemm<Act>(table, rows, C, OC,
+                                         {dinp, dweight, dout, inp, gelu_input, weight});
+            f && ran(table, kGemm, [&] {
+                GemmEpilogue input_gradient;
+                input_gradient.out = dinp;
+                if (fused_gelu) input_gradient.gelu_backward_input = gelu_input;
+                f(rows, C, OC, dout, GemmMajor::kK, weight, GemmMajor::kMN, input_gradient);
+                GemmEpilogue weight_gradient;
+                weight_gradient.accumulate = dweight;
+                f(OC, C, rows, dout, GemmMajor::kMN, inp, GemmMajor::kMN, weight_gradient);
+                if (dbias) add_column_sums(dbias, dout, rows, OC);
+            })) {
+            if (gelu_input && !fused_gelu)
+                gelu_backward_in_place<kTable>(dinp, gelu_input, in_count);
+            return;
+        }
+    }
     // The products by the learner's GEMM, the bias gradient by the table's column sums.
     const bool ours =
         gemm_takes<Act>(table, rows, C, OC) && ran(table, kGemm, [&] {
@@ -677,12 +837,43 @@ void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, c
     if (gelu_input) gelu_backward_in_place<kTable>(dinp, gelu_input, in_count);
 }
 
+// ---- The optional bf16 entry points of 01 and 06: the trainer's own precision ----
+
+// The values one call of an optional bf16 entry point takes at most (their contracts: 2^26).
+constexpr long long kEntryPointValues = 1LL << 26;
+
+// call(first, count) over the rows in chunks of at most kEntryPointValues values (cols at most
+// that: the callers check).
+template <typename Call>
+void in_row_chunks(int rows, long long cols, Call&& call) {
+    const int chunk = static_cast<int>(std::min<long long>(rows, kEntryPointValues / cols));
+    for (int first = 0; first < rows; first += chunk) call(first, std::min(chunk, rows - first));
+}
+
+// The library's bf16 entry point `key` of type F, in a bf16 run, else null.
+template <typename F, typename Act>
+F* bf16_entry(const Plugged& plugged, const char* key) {
+    return std::is_same_v<Act, bf16> ? plugged.function<F>(key) : nullptr;
+}
+
 // ---- LayerNorm (06): float32 contracts, written outputs ----
 
 template <int kTable, typename Act>
 void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
                        const Act* bias, int rows, int C) {
     ExerciseTable& table = tables[kTable];
+    if constexpr (std::is_same_v<Act, bf16>) {
+        if (auto* f = bf16_entry<decltype(::layernorm_bf16), Act>(table.ops[kLayerNorm],
+                                                                  "layernorm_bf16");
+            f && C <= kEntryPointValues && ran(table, kLayerNorm, [&] {
+                in_row_chunks(rows, C, [&](int first, int count) {
+                    const long long offset = static_cast<long long>(first) * C;
+                    f(inp + offset, weight, bias, out + offset, mean + first, rstd + first, count,
+                      C);
+                });
+            }))
+            return;
+    }
     auto* f = table.ops[kLayerNorm].function<decltype(::layernorm)>("layernorm");
     if (ran(table, kLayerNorm, [&] {
             const long long n = static_cast<long long>(rows) * C;
@@ -700,6 +891,19 @@ template <int kTable, typename Act>
 void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
                         const Act* weight, const float* mean, const float* rstd, int rows, int C) {
     ExerciseTable& table = tables[kTable];
+    if constexpr (std::is_same_v<Act, bf16>) {
+        // It adds into dinp, dweight and dbias itself, as the trainer's op does.
+        if (auto* f = bf16_entry<decltype(::layernorm_backward_bf16), Act>(
+                table.ops[kLayerNormBackward], "layernorm_backward_bf16");
+            f && C <= kEntryPointValues && ran(table, kLayerNormBackward, [&] {
+                in_row_chunks(rows, C, [&](int first, int count) {
+                    const long long offset = static_cast<long long>(first) * C;
+                    f(inp + offset, dout + offset, weight, mean + first, rstd + first,
+                      dinp + offset, dweight, dbias, count, C);
+                });
+            }))
+            return;
+    }
     auto* f = table.ops[kLayerNormBackward].function<decltype(::layernorm_backward)>(
         "layernorm_backward");
     if (ran(table, kLayerNormBackward, [&] {
@@ -825,6 +1029,20 @@ template <int kTable, typename Act>
 void cross_entropy(Act* logits, float* losses, const int* targets, float dloss, int rows, int V,
                    int Vp) {
     ExerciseTable& table = tables[kTable];
+    if constexpr (std::is_same_v<Act, bf16>) {
+        // The trainer's op exactly: padded rows, the gradient at dloss written over the logits
+        // (none where dloss is 0).
+        if (auto* f = bf16_entry<decltype(::cross_entropy_bf16), Act>(table.ops[kCrossEntropy],
+                                                                      "cross_entropy_bf16");
+            f && Vp <= kEntryPointValues && ran(table, kCrossEntropy, [&] {
+                in_row_chunks(rows, Vp, [&](int first, int count) {
+                    Act* x = logits + static_cast<long long>(first) * Vp;
+                    f(x, targets + first, losses + first, dloss != 0.0f ? x : nullptr, dloss, count,
+                      V, Vp);
+                });
+            }))
+            return;
+    }
     auto* f = table.ops[kCrossEntropy].function<decltype(::cross_entropy)>("cross_entropy");
     if (ran(table, kCrossEntropy, [&] {
             const int chunk = cross_entropy_chunk(Vp);
@@ -850,6 +1068,16 @@ void cross_entropy(Act* logits, float* losses, const int* targets, float dloss, 
 template <int kTable, typename Act>
 void residual_forward(Act* out, const Act* a, const Act* b, long long n) {
     ExerciseTable& table = tables[kTable];
+    if constexpr (std::is_same_v<Act, bf16>) {
+        if (auto* f = bf16_entry<decltype(::vector_add_bf16), Act>(table.ops[kResidual],
+                                                                   "vector_add_bf16");
+            f && ran(table, kResidual, [&] {
+                for (long long first = 0; first < n; first += kEntryPointValues)
+                    f(a + first, b + first, out + first,
+                      static_cast<std::size_t>(std::min(kEntryPointValues, n - first)));
+            }))
+            return;
+    }
     auto* f = table.ops[kResidual].function<decltype(::vector_add)>("vector_add");
     if (ran(table, kResidual, [&] {
             float* sum = std::is_same_v<Act, float> ? reinterpret_cast<float*>(out)
@@ -904,11 +1132,16 @@ void adamw(float* master, Act* working, const float* grads, float* m, float* v, 
 
 // ---- Module 10: generation's decode attention, top-k and sampling ----
 
-// The cache's writes are the reference's in every table.
+// A new token's embedding and the cache's writes are the reference's in every table.
 template <typename Act>
-void kv_cache_write(Act* k_cache, Act* v_cache, const Act* qkv, int B, int T, int C, int NH,
-                    int capacity, int start) {
-    reference<Act>().kv_cache_write(k_cache, v_cache, qkv, B, T, C, NH, capacity, start);
+void decode_embedding(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                      const int* lengths, int B, int C) {
+    reference<Act>().decode_embedding(out, tokens, wte, wpe, lengths, B, C);
+}
+template <typename Act>
+void kv_cache_write(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B, int T,
+                    int C, int NH, int capacity) {
+    reference<Act>().kv_cache_write(k_cache, v_cache, qkv, lengths, B, T, C, NH, capacity);
 }
 
 // Whether the learner's decode_attention takes this step's shapes (its contract's limits); a note
@@ -1029,6 +1262,25 @@ bool attention_keeps_scores(int head_size) {
     return reference<Act>().attention_keeps_scores(head_size);
 }
 
+// A decoding step is captured where it runs the reference's ops alone: an exercise's kernels
+// launch on the default stream (their contracts take none), and the boundary around them
+// allocates its scratch as it goes.
+template <int kTable, typename Act>
+const char* graph_refusal() {
+    if (const char* refused = reference<Act>().graph_refusal()) return refused;
+    const ExerciseTable& table = tables[kTable];
+    std::string plugged;
+    for (ExerciseOp op : {kGemm, kGelu, kLayerNorm, kResidual, kDecodeAttention, kTopK, kSample})
+        if (table.ops[op].active())
+            plugged += (plugged.empty() ? "" : ", ") + std::string(kExerciseOpNames[op]) + " (" +
+                       table.ops[op].exercise + ")";
+    if (plugged.empty()) return nullptr;
+    static std::string reason;
+    reason =
+        "the exercises' kernels of a decoding step, " + plugged + ", launch on the default stream";
+    return reason.c_str();
+}
+
 void sum_of_squares(float* out, const float* values, long long n) {
     reference<float>().sum_of_squares(out, values, n);
 }
@@ -1049,9 +1301,11 @@ const Ops<Act> kExerciseTable = {
     cross_entropy<kTable, Act>,
     sum_of_squares,
     adamw<kTable, Act>,
+    decode_embedding<Act>,
     kv_cache_write<Act>,
     decode_attention<kTable, Act>,
     sample<kTable, Act>,
+    graph_refusal<kTable, Act>,
 };
 
 // For the op check: the exercises an op of the trainer runs now ("gemm (yours:
@@ -1093,7 +1347,8 @@ std::string exercises_in(TrainerOp op) {
             return with({kAdamW});
         case TrainerOp::kDecodeAttention:
             return with({kDecodeAttention});
-        default:  // the cache's writes are the reference's; sampled tokens are not compared
+        default:  // the embedding of a new token and the cache's writes are the reference's;
+                  // sampled tokens are not compared
             return "";
     }
 }

@@ -79,6 +79,7 @@ struct Options {
     bool generate = false;
     int generate_batch = 0;  // sequences --generate samples (0: not given, 1)
     bool kv_cache = true;    // generation with the KV cache (--no-kv-cache: a forward per token)
+    bool cuda_graph = true;  // with it, each decoding step a CUDA graph (--no-cuda-graph: not)
     int generate_bench = 0;  // new tokens per sequence the bench times (0: no bench)
     std::vector<QuantFormat> quantize;  // --quantize's formats (none: no quantization table)
     std::string dump_step0;
@@ -141,6 +142,8 @@ evaluation and output
   --generate-batch N    --generate samples N sequences at once              [1]
   --no-kv-cache         generate with a whole forward pass per new token instead of the KV
                         cache (the same tokens for the same seed, up to rounding: trainer/README.md)
+  --no-cuda-graph       with the KV cache, launch each decoding step's kernels one by one instead
+                        of replaying the step as a CUDA graph (the same tokens, bit for bit)
   --generate-bench N    time generation of N new tokens per sequence with the KV cache and
                         without, at batch 1 and 16 (--generate-batch B: 1 and B), for --resume's
                         model or an untrained -m
@@ -195,6 +198,10 @@ Options parse_options(int argc, char** argv) {
         }
         if (flag == "--no-kv-cache") {
             o.kv_cache = false;
+            continue;
+        }
+        if (flag == "--no-cuda-graph") {
+            o.cuda_graph = false;
             continue;
         }
         if (i + 1 >= argc) usage_error(flag + " needs a value");
@@ -386,8 +393,8 @@ void keep_loss_rows(const std::string& path, int last_step) {
 
 // ---- Generation ----
 
-// What --sample-length, --temperature, --top-k, --top-p, --seed and --no-kv-cache ask of a
-// generation of `sequences` sequences in a window of `context` tokens.
+// What --sample-length, --temperature, --top-k, --top-p, --seed, --no-kv-cache and
+// --no-cuda-graph ask of a generation of `sequences` sequences in a window of `context` tokens.
 GenerationOptions generation_options(const Options& o, int sequences, int context) {
     GenerationOptions g;
     g.sequences = sequences;
@@ -396,6 +403,7 @@ GenerationOptions generation_options(const Options& o, int sequences, int contex
     g.sampling = {o.temperature, o.top_k, o.top_p};
     g.seed = o.seed;
     g.kv_cache = o.kv_cache;
+    g.cuda_graph = o.cuda_graph;
     return g;
 }
 
@@ -419,27 +427,38 @@ std::string generate(Gpt<Act>& model, const Tokenizer& tokenizer, const Options&
 // --generate-bench N: N new tokens per sequence after the end-of-text token, with the KV cache and
 // without, at batch 1 and at batch 16 (or --generate-batch), one line per batch: tokens/s (new
 // tokens of every sequence over the wall time of the whole generation, sampling and copies
-// included), the speed-up, and how many steps drew the same tokens both ways. Each way is timed
-// after an untimed run of its own, which makes cuBLASLt's and cuDNN's plans for every shape it
-// meets (without the cache, a shape per window length).
+// included), how the cached way's decoding steps ran (as CUDA graphs, or, with --no-cuda-graph
+// or a table that refuses graphs, their kernels one by one), the speed-up, and how many steps
+// drew the same tokens both ways. Each way is timed after an untimed run of its own, which makes
+// cuBLASLt's and cuDNN's plans for every shape it meets (without the cache, a shape per window
+// length) and captures the cached way's graph.
 template <typename Act>
 void generation_bench(Gpt<Act>& model, const Options& o, const std::vector<int>& batches,
                       int end_of_text) {
     Options timed = o;
     timed.sample_length = o.generate_bench;
-    const auto run = [&](int B, bool kv_cache, double* seconds) {
+    // The tokens of the timed run; its seconds, and its steps run by a CUDA graph.
+    const auto run = [&](int B, bool kv_cache, double* seconds, long* graphed) {
         timed.kv_cache = kv_cache;
         const GenerationOptions g = generation_options(timed, B, model.config().max_seq_len);
-        generate_tokens(model, {end_of_text}, g);  // untimed: the plans
+        generate_tokens(model, {end_of_text}, g);  // untimed: the plans, and the graph
+        const long before = model.decode_graph_use().steps;
         const auto start = std::chrono::steady_clock::now();
         std::vector<std::vector<int>> tokens = generate_tokens(model, {end_of_text}, g);
         *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        *graphed = model.decode_graph_use().steps - before;
         return tokens;
     };
     for (int B : batches) {
         double cached_s = 0.0, uncached_s = 0.0;
-        const auto cached = run(B, true, &cached_s);
-        const auto uncached = run(B, false, &uncached_s);
+        long graphed = 0, none = 0;
+        const auto cached = run(B, true, &cached_s, &graphed);
+        const std::string how = graphed == o.generate_bench ? "each step a CUDA graph"
+                                : graphed == 0
+                                    ? "kernels launched one by one"
+                                    : std::to_string(graphed) + " of " +
+                                          std::to_string(o.generate_bench) + " steps a CUDA graph";
+        const auto uncached = run(B, false, &uncached_s, &none);
         const auto agree_at = [&](int step) {  // every sequence drew the same token both ways
             for (int b = 0; b < B; ++b)
                 if (cached[b][step] != uncached[b][step]) return false;
@@ -450,10 +469,10 @@ void generation_bench(Gpt<Act>& model, const Options& o, const std::vector<int>&
         const double tokens = static_cast<double>(B) * o.generate_bench;
         std::printf(
             "generation bench: batch %d, %d new tokens per sequence: KV cache %.0f tok/s "
-            "(%.3f s), no cache %.0f tok/s (%.3f s): %.1fx; the same tokens both ways for %d of "
-            "%d steps\n",
-            B, o.generate_bench, tokens / cached_s, cached_s, tokens / uncached_s, uncached_s,
-            uncached_s / cached_s, same, o.generate_bench);
+            "(%.3f s, %s), no cache %.0f tok/s (%.3f s): %.1fx; the same tokens both ways for %d "
+            "of %d steps\n",
+            B, o.generate_bench, tokens / cached_s, cached_s, how.c_str(), tokens / uncached_s,
+            uncached_s, uncached_s / cached_s, same, o.generate_bench);
         std::fflush(stdout);
     }
 }

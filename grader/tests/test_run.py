@@ -286,3 +286,20 @@ def test_a_failure_of_code_that_can_race_says_how_to_find_a_race(course):
         "a wrong result that is the same on every run can still be a race: `grader sanitize "
         "01_fixture/mismatch` runs racecheck (shared memory) and the other sanitizers on the "
         "correctness cases")
+
+
+def test_a_failed_promise_of_speed_gets_no_hint_about_races():
+    # flash_causal's "the causal run takes 90% of the non-causal run's time" is no wrong value:
+    # the racecheck hint under it pointed the learner at the wrong mistake (seen on the H100).
+    from grader.grading import only_speed_failed
+
+    def report(*tests):
+        return {"testsuites": [{"testsuite": list(tests)}]}
+    speed = {"name": "SkipsMaskedTiles", "speed_failure": "1", "failures": [{"failure": "slow"}]}
+    values = {"name": "Correctness", "failures": [{"failure": "`O`: 3 elements are wrong"}]}
+    both = {**speed, "failures": [{"failure": "`O` is wrong"}, {"failure": "slow"}]}
+    assert only_speed_failed(report(speed))
+    assert not only_speed_failed(report(speed, values))
+    assert not only_speed_failed(report(both))
+    assert not only_speed_failed(report(values))
+    assert not only_speed_failed(None)

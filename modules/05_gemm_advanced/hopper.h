@@ -115,7 +115,9 @@ __device__ inline void fence_accumulators(float (&d)[128]) {
 // their descriptors) into this warpgroup's 64 x 256 float32 accumulators, 128 per thread
 // (course::wgmma_d_element says which). The operands after the descriptors: scale-d (accumulate
 // into d, or overwrite it), scale of A and of B (1: not negated), transpose of A and of B (0:
-// K-major, as they are).
+// K-major, as they are; 1, kTransposeA or kTransposeB: that operand MN-major, m or n contiguous,
+// which wgmma reads for 16-bit types only: wgmma_gemm's fast reference, for the trainer).
+template <int kTransposeA = 0, int kTransposeB = 0>
 __device__ inline void wgmma_m64n256k16(float (&d)[128], std::uint64_t a_descriptor,
                                         std::uint64_t b_descriptor, bool accumulate) {
     asm volatile(
@@ -139,7 +141,7 @@ __device__ inline void wgmma_m64n256k16(float (&d)[128], std::uint64_t a_descrip
         "%104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, "
         "%120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, accumulate, 1, 1, 0, 0;\n"
+        "}, %128, %129, accumulate, 1, 1, %131, %132;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
@@ -160,7 +162,8 @@ __device__ inline void wgmma_m64n256k16(float (&d)[128], std::uint64_t a_descrip
           "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
           "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
           "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate ? 1 : 0));
+        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate ? 1 : 0), "n"(kTransposeA),
+          "n"(kTransposeB));
 }
 
 // Warp specialization: the registers of each thread of this warpgroup, raised or lowered.

@@ -6,18 +6,26 @@
 // shared memory and the blocks merging their online-softmax states through distributed shared
 // memory, so that an SM holds slices of two rows and one row's reduction hides behind the other's
 // loads. Short rows, and GPUs without clusters, take the readable solution's path. The module
-// README compares the two.
+// README compares the two. Beyond the exercise, cross_entropy_bf16 (cross_entropy_bf16.h): the
+// loss and gradient of the GPT trainer's bf16 logits, rows padded past the vocabulary, the
+// gradient written over them: a block per row, staged in shared memory as bf16 (GPT-2's 50304
+// are 98 KB: two rows per SM without a cluster), so that the trainer's bf16 mode needs no float
+// copy of its 1.6 GB of logits.
 //
 // Run:  grader run 06/cross_entropy --solutions   (the "cross_entropy (fast)" row)
-// Contract: cross_entropy.h            Notes:  notes/06_softmax_norms.md
+// Contract: cross_entropy.h, cross_entropy_bf16.h   Notes:  notes/06_softmax_norms.md
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
 
+#include <cuda_bf16.h>
+
+#include "course/activation.h"
 #include "course/exercise.h"
 #include "course/row_tiers.h"
 #include "course/vec.h"
 #include "cross_entropy.h"
+#include "cross_entropy_bf16.h"
 
 // The readable solution, whole: its online-softmax state, merges and short-row kernels serve here
 // too, and readable::cross_entropy runs every row this file does not take. (Every header it
@@ -115,4 +123,127 @@ void cross_entropy(const float* logits, const int* targets, float* losses, float
               : launch_in_clusters<float>(logits, targets, losses, dlogits, rows, vocab)))
         return;
     readable::cross_entropy(logits, targets, losses, dlogits, rows, vocab);
+}
+
+// ---- cross_entropy_bf16 (cross_entropy_bf16.h): the trainer's bf16 logits ----
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using course::from_float;
+using course::to_float;
+
+// A block of kBf16Block threads per row; a row up to the block's shared memory is staged there as
+// bf16 (GPT-2's padded 50304 logits: 98 KB, two blocks per SM of an H100), a longer one is read
+// again for the gradient. kBf16LoadsInFlight loads per thread before the first is used.
+constexpr int kBf16Block = 512;
+constexpr int kBf16LoadsInFlight = 4;
+
+// kWidth bf16 values moved as one access: 8 (16 bytes) where every row starts on a 16-byte
+// boundary, else 1.
+template <int kWidth>
+struct alignas(2 * kWidth) Bf16Pack {
+    bf16 value[kWidth];
+};
+
+// The pack at column `first` added to the online state, its columns past the vocabulary (the
+// padding) left out as -inf logits are (exp(-inf) = 0: no probability).
+template <int kWidth>
+__device__ SoftmaxState add_pack(SoftmaxState state, const Bf16Pack<kWidth>& pack, int first,
+                                 int vocab) {
+    float v[kWidth];
+    float max = state.max;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+        v[k] = first + k < vocab ? to_float(pack.value[k]) : -INFINITY;
+        max = fmaxf(max, v[k]);
+    }
+    float sum = state.sum * expf(state.max - max);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum += expf(v[k] - max);
+    return {max, sum};
+}
+
+template <int kWidth>
+__global__ void __launch_bounds__(kBf16Block)
+    cross_entropy_bf16_rows(const bf16* logits, const int* __restrict__ targets,
+                            float* __restrict__ losses, bf16* dlogits, float scale, int vocab,
+                            int stride, bool staged) {
+    using Pack = Bf16Pack<kWidth>;
+    extern __shared__ __align__(16) unsigned char stage_bytes[];
+    Pack* stage = reinterpret_cast<Pack*>(stage_bytes);
+    const std::size_t row = blockIdx.x;
+    const Pack* x = reinterpret_cast<const Pack*>(logits + row * stride);
+    const int target = targets[row];                      // in flight with the row
+    const int classes = course::ceil_div(vocab, kWidth);  // packs holding a class
+    const int packs = stride / kWidth;
+
+    // Pass 1: the packs that hold classes, staged and added to the thread's online state. A
+    // thread reads back only the slots it wrote itself, so the stage needs no barrier.
+    SoftmaxState state{-FLT_MAX, 0.0f};
+    for (int first = threadIdx.x; first < classes; first += kBf16LoadsInFlight * kBf16Block) {
+        Pack batch[kBf16LoadsInFlight];
+#pragma unroll
+        for (int j = 0; j < kBf16LoadsInFlight; ++j) {
+            const int k = first + kBf16Block * j;
+            if (k < classes) batch[j] = x[k];
+        }
+#pragma unroll
+        for (int j = 0; j < kBf16LoadsInFlight; ++j) {
+            const int k = first + kBf16Block * j;
+            if (k < classes) {
+                if (staged) stage[k] = batch[j];
+                state = add_pack(state, batch[j], k * kWidth, vocab);
+            }
+        }
+    }
+    // Read before the barrier below: every read of the row precedes every write of the
+    // gradient, which may go over the logits (in place).
+    const float target_logit = threadIdx.x == 0 ? to_float(logits[row * stride + target]) : 0.0f;
+    const SoftmaxState row_state = readable::group_merge<kBf16Block>(state);
+    if (threadIdx.x == 0) losses[row] = readable::loss_of(row_state, target_logit);
+    if (dlogits == nullptr) return;
+
+    // Pass 2: the gradient, (softmax - onehot) * scale, 0 in the padding. A thread reads (from the
+    // stage, or the logits again) each pack it then writes.
+    Pack* grad = reinterpret_cast<Pack*>(dlogits + row * stride);
+    const float inv_sum = 1.0f / row_state.sum;
+    for (int k = threadIdx.x; k < packs; k += kBf16Block) {
+        Pack in{};
+        if (k < classes) in = staged ? stage[k] : x[k];
+        Pack out;
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+            const int col = k * kWidth + e;
+            const float probability = expf(to_float(in.value[e]) - row_state.max) * inv_sum;
+            out.value[e] = from_float<bf16>(
+                col < vocab ? (probability - (col == target ? 1.0f : 0.0f)) * scale : 0.0f);
+        }
+        grad[k] = out;
+    }
+}
+
+template <int kWidth>
+void launch_bf16(const bf16* logits, const int* targets, float* losses, bf16* dlogits, float scale,
+                 int rows, int vocab, int stride) {
+    static const std::size_t capacity =
+        course::opt_in_shared_bytes(cross_entropy_bf16_rows<kWidth>);
+    const std::size_t row_bytes = static_cast<std::size_t>(stride) * sizeof(bf16);
+    const bool staged = row_bytes <= capacity;
+    cross_entropy_bf16_rows<kWidth><<<rows, kBf16Block, staged ? row_bytes : 0>>>(
+        logits, targets, losses, dlogits, scale, vocab, stride, staged);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void cross_entropy_bf16(const bf16* logits, const int* targets, float* losses, bf16* dlogits,
+                        float scale, int rows, int vocab, int stride) {
+    // 16-byte packs need every row start on a 16-byte boundary: stride % 8 == 0 and aligned
+    // pointers (dlogits too, where there is one).
+    if (stride % 8 == 0 && course::is_aligned(logits, 16) &&
+        (dlogits == nullptr || course::is_aligned(dlogits, 16)))
+        launch_bf16<8>(logits, targets, losses, dlogits, scale, rows, vocab, stride);
+    else
+        launch_bf16<1>(logits, targets, losses, dlogits, scale, rows, vocab, stride);
 }

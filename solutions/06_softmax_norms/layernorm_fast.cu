@@ -6,16 +6,23 @@
 // row partly in registers and partly in shared memory, so that an SM holds slices of three rows
 // and one row's reductions and parameter reads hide behind the others' loads. Short rows, and
 // GPUs without clusters, take the readable solution's path. The module README compares the two.
+// Beyond the exercise, layernorm_bf16 (layernorm_bf16.h): the same LayerNorm of the GPT trainer's
+// bf16 rows, a warp per row and 16 bytes (8 values) per access, so that the trainer's bf16 mode
+// needs no float copies around it.
 //
 // Run:  grader run 06/layernorm --solutions       (the "layernorm (fast)" row)
-// Contract: layernorm.h                Notes:  notes/06_softmax_norms.md,
+// Contract: layernorm.h, layernorm_bf16.h   Notes:  notes/06_softmax_norms.md,
 // dev/tuning/06_softmax_norms.md
 #include <cstddef>
 
+#include <cuda_bf16.h>
+
+#include "course/activation.h"
 #include "course/exercise.h"
 #include "course/row_tiers.h"
 #include "course/vec.h"
 #include "layernorm.h"
+#include "layernorm_bf16.h"
 
 // The readable solution, whole: its Welford merge, reductions and short-row kernels serve here
 // too, and readable::layernorm runs every row this file does not take. (Every header it includes
@@ -154,4 +161,114 @@ void layernorm(const float* x, const float* gamma, const float* beta, float* y, 
                            : launch_in_clusters<float>(x, gamma, beta, y, mean, rstd, rows, cols)))
         return;
     readable::layernorm(x, gamma, beta, y, mean, rstd, rows, cols);
+}
+
+// ---- layernorm_bf16 (layernorm_bf16.h): the trainer's bf16 rows ----
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using course::from_float;
+using course::to_float;
+
+// A warp per row: GPT-2's rows are 768 values, 96 packs of 8, three per lane. The packs a lane
+// loads first stay in registers between the statistics and the write (a row of up to
+// 32 x kBf16HeldPacks packs: 1024 values); the rest of a longer row is read again, from L1 or L2.
+constexpr int kBf16Block = 256;
+constexpr int kBf16RowsPerBlock = kBf16Block / 32;
+constexpr int kBf16HeldPacks = 4;
+
+// kWidth bf16 values moved as one access: 8 (16 bytes) where every row starts on a 16-byte
+// boundary, else 1.
+template <int kWidth>
+struct alignas(2 * kWidth) Bf16Pack {
+    bf16 value[kWidth];
+};
+
+// The Welford state of one pack, computed directly; the pairwise sum keeps a pack of equal values
+// exact, as readable::welford_of does for a float4.
+__device__ Welford welford_of(const Bf16Pack<1>& pack) {
+    return readable::welford_of(to_float(pack.value[0]));
+}
+__device__ Welford welford_of(const Bf16Pack<8>& pack) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = to_float(pack.value[k]);
+    const float mean = (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) * 0.125f;
+    float m2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m2 += (v[k] - mean) * (v[k] - mean);
+    return {8.0f, mean, m2};
+}
+
+template <int kWidth>
+__device__ Bf16Pack<kWidth> normalize(const Bf16Pack<kWidth>& x, const Bf16Pack<kWidth>& scale,
+                                      const Bf16Pack<kWidth>& shift, float row_mean,
+                                      float row_rstd) {
+    Bf16Pack<kWidth> y;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k)
+        y.value[k] =
+            from_float<bf16>(readable::normalize(to_float(x.value[k]), to_float(scale.value[k]),
+                                                 to_float(shift.value[k]), row_mean, row_rstd));
+    return y;
+}
+
+template <int kWidth>
+__global__ void __launch_bounds__(kBf16Block)
+    layernorm_bf16_rows(const bf16* __restrict__ x, const bf16* __restrict__ gamma,
+                        const bf16* __restrict__ beta, bf16* __restrict__ y,
+                        float* __restrict__ mean, float* __restrict__ rstd, int rows, int cols) {
+    using Pack = Bf16Pack<kWidth>;
+    const int row = blockIdx.x * kBf16RowsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;  // the whole warp: it shares the row
+    const std::size_t offset = static_cast<std::size_t>(row) * cols;
+    const Pack* x_row = reinterpret_cast<const Pack*>(x + offset);
+    Pack* y_row = reinterpret_cast<Pack*>(y + offset);
+    const Pack* scale = reinterpret_cast<const Pack*>(gamma);
+    const Pack* shift = reinterpret_cast<const Pack*>(beta);
+    const int packs = cols / kWidth;
+
+    // The statistics: the held packs' loads all in flight first, then the rest of a long row.
+    Pack held[kBf16HeldPacks];
+#pragma unroll
+    for (int j = 0; j < kBf16HeldPacks; ++j)
+        if (lane + 32 * j < packs) held[j] = x_row[lane + 32 * j];
+    Welford state{0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kBf16HeldPacks; ++j)
+        if (lane + 32 * j < packs) state = readable::welford_merge(state, welford_of(held[j]));
+    for (int p = lane + 32 * kBf16HeldPacks; p < packs; p += 32)
+        state = readable::welford_merge(state, welford_of(x_row[p]));
+    const Welford row_state = readable::group_merge<32>(state);
+    const float row_rstd = readable::rstd_of(row_state, cols);
+    if (lane == 0) {
+        mean[row] = row_state.mean;
+        rstd[row] = row_rstd;
+    }
+
+    // The write: the held packs from the registers, the rest read again.
+#pragma unroll
+    for (int j = 0; j < kBf16HeldPacks; ++j) {
+        const int p = lane + 32 * j;
+        if (p < packs) y_row[p] = normalize(held[j], scale[p], shift[p], row_state.mean, row_rstd);
+    }
+    for (int p = lane + 32 * kBf16HeldPacks; p < packs; p += 32)
+        y_row[p] = normalize(x_row[p], scale[p], shift[p], row_state.mean, row_rstd);
+}
+
+}  // namespace
+
+void layernorm_bf16(const bf16* x, const bf16* gamma, const bf16* beta, bf16* y, float* mean,
+                    float* rstd, int rows, int cols) {
+    const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kBf16RowsPerBlock));
+    // 16-byte packs need every row start on a 16-byte boundary: cols % 8 == 0 and aligned
+    // pointers (all four: a view may start anywhere).
+    if (cols % 8 == 0 && course::is_aligned(x, 16) && course::is_aligned(y, 16) &&
+        course::is_aligned(gamma, 16) && course::is_aligned(beta, 16))
+        layernorm_bf16_rows<8><<<blocks, kBf16Block>>>(x, gamma, beta, y, mean, rstd, rows, cols);
+    else
+        layernorm_bf16_rows<1><<<blocks, kBf16Block>>>(x, gamma, beta, y, mean, rstd, rows, cols);
+    CUDA_CHECK_LAUNCH();
 }

@@ -2,10 +2,14 @@
 // builds it (its contract function found by key, every other key null, its own symbols kept
 // inside, an untouched stub's COURSE_TODO reaching the trainer as an error it can catch), and the
 // choices file read by the table (a line that names no op, a bf16 kernel in an fp32 run, the
-// table printed with what it does around each kernel). On the learner's stubs of 06 layernorm
-// and 07 flash_tc, skipped in a build without the learner variant; the fast references' table on
-// 04 sgemm_coalesced's library of the fast variant (its readable solution: it has no fast
-// reference), skipped in a build without the fast variant.
+// table printed with what it does around each kernel), and which tables let generation capture a
+// decoding step into a CUDA graph (the reference's in bf16 and fp16; not an exercise table whose
+// step runs an exercise's kernel, a fast reference's bf16 entry point included). On the learner's
+// stubs of 06 layernorm and 07 flash_tc, skipped in a build without the learner variant; the
+// solutions' table in bf16 on 06 layernorm's readable solution (no optional bf16 entry point: the
+// table converts, and says so), skipped without the solution variant; the fast references' table
+// in bf16 on 05 wgmma_gemm's and 06 layernorm's fast references (their optional entry points: the
+// table calls them, and says so), skipped without the fast variant.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -24,6 +28,9 @@ namespace {
 #endif
 #ifndef TRAINER_TEST_FAST_LIBRARIES
 #define TRAINER_TEST_FAST_LIBRARIES 0
+#endif
+#ifndef TRAINER_TEST_SOLUTION_LIBRARIES
+#define TRAINER_TEST_SOLUTION_LIBRARIES 0
 #endif
 
 #define SKIP_WITHOUT_LIBRARIES()                                                  \
@@ -55,6 +62,17 @@ std::string table_error(const std::string& path) {
         return e.what();
     }
     return "";
+}
+
+TEST(OpTables, SayWhetherADecodingStepCanBeACudaGraph) {
+    EXPECT_EQ(ops_table<bf16>("reference")->graph_refusal(), nullptr);
+    EXPECT_EQ(ops_table<fp16>("reference")->graph_refusal(), nullptr);
+    const std::string fp32 = ops_table<float>("reference")->graph_refusal();
+    EXPECT_NE(fp32.find("module 06's layernorm_fast, which launches on the default stream"),
+              std::string::npos)
+        << fp32;
+    const std::string profile = ops_table<bf16>("profile")->graph_refusal();
+    EXPECT_NE(profile.find("synchronizes after every op"), std::string::npos) << profile;
 }
 
 TEST(ExerciseLibrary, AnswersItsContractAndNothingElse) {
@@ -125,26 +143,65 @@ TEST(ExerciseTables, PrintsWhichOpRunsWhoseKernelAndWhatItDoesAroundIt) {
         << printed;
     EXPECT_NE(printed.find("  gemm                reference\n"), std::string::npos) << printed;
     EXPECT_EQ(exercise_table<float>("no such table"), nullptr);
+    // A decoding step through it runs the learner's LayerNorm, on the default stream: no graph.
+    const std::string refusal = exercise_table<bf16>("learner")->graph_refusal();
+    EXPECT_NE(refusal.find("layernorm (06_softmax_norms/layernorm), launch on the default stream"),
+              std::string::npos)
+        << refusal;
 }
 
-// The fast table's printout of a linear layer's backward left out of the choices while gemm is
-// plugged: its products run on gemm's kernel (ops_learner.cu: linear_backward).
-TEST(ExerciseTables, ALinearBackwardLeftOutSaysItsProductsRunOnGemm) {
+// The fast table in bf16 with the fast references' optional entry points: gemm_bf16_epilogue
+// (wgmma_gemm) makes each product one call, with the GELU of an unplugged gelu in its epilogue,
+// and a linear layer's backward left out of the choices runs its products on it (ops_learner.cu:
+// linear_forward, linear_backward); layernorm_bf16 takes the bf16 rows as they are.
+TEST(ExerciseTables, TheFastTableSaysWhichOpsTakeTheirBf16EntryPoints) {
     if (!TRAINER_TEST_FAST_LIBRARIES)
         GTEST_SKIP() << "this build has no fast variant (COURSE_VARIANTS), so no fast kernel "
                         "libraries";
-    configure_exercise_tables({choices("fast.txt", "gemm 04_sgemm/sgemm_coalesced\n"), 0, 0});
+    configure_exercise_tables({choices("fast.txt",
+                                       "gemm 05_gemm_advanced/wgmma_gemm\n"
+                                       "layernorm 06_softmax_norms/layernorm\n"),
+                               0, 0});
     ::testing::internal::CaptureStdout();
-    const Ops<float>* table = exercise_table<float>("fast");
+    const Ops<bf16>* table = exercise_table<bf16>("fast");
     const std::string printed = ::testing::internal::GetCapturedStdout();
     ASSERT_NE(table, nullptr);
     EXPECT_STREQ(table->name, "fast");
-    EXPECT_NE(printed.find("  gemm                fast: 04_sgemm/sgemm_coalesced | "),
+    for (const char* line :
+         {"  gemm                fast: 05_gemm_advanced/wgmma_gemm | gemm_bf16_epilogue: each "
+          "product one call into bf16",
+          "  linear_backward     not plugged: its two products on gemm's kernel (fast: "
+          "05_gemm_advanced/wgmma_gemm, gemm_bf16_epilogue: W read as stored, dW added into "
+          "float), the bias gradient by the table's column sums\n",
+          "  gelu                not plugged: in gemm's epilogue (fast: "
+          "05_gemm_advanced/wgmma_gemm, gemm_bf16_epilogue)\n",
+          "  layernorm           fast: 06_softmax_norms/layernorm | layernorm_bf16: the bf16 rows "
+          "as they are",
+          "  layernorm_backward  reference\n"})
+        EXPECT_NE(printed.find(line), std::string::npos) << line << "\nin:\n" << printed;
+    // The entry points launch on the default stream (their contracts take none): no graph.
+    const std::string refusal = table->graph_refusal();
+    EXPECT_NE(refusal.find("gemm (05_gemm_advanced/wgmma_gemm), layernorm "
+                           "(06_softmax_norms/layernorm), launch on the default stream"),
               std::string::npos)
-        << printed;
-    EXPECT_NE(printed.find("  linear_backward     not plugged: its two products on gemm's kernel "
-                           "(fast: 04_sgemm/sgemm_coalesced), the bias gradient by the table's "
-                           "column sums\n"),
+        << refusal;
+}
+
+// The solutions' table in bf16: a readable solution has no bf16 entry point, so the table
+// converts around its fp32 contract and says why.
+TEST(ExerciseTables, ALibraryWithoutTheBf16EntryPointIsConvertedAround) {
+    if (!TRAINER_TEST_SOLUTION_LIBRARIES)
+        GTEST_SKIP() << "this build has no solution variant (COURSE_VARIANTS), so no solution "
+                        "kernel libraries";
+    configure_exercise_tables(
+        {choices("solutions.txt", "layernorm 06_softmax_norms/layernorm\n"), 0, 0});
+    ::testing::internal::CaptureStdout();
+    const Ops<bf16>* table = exercise_table<bf16>("solutions");
+    const std::string printed = ::testing::internal::GetCapturedStdout();
+    ASSERT_NE(table, nullptr);
+    EXPECT_NE(printed.find("  layernorm           solution: 06_softmax_norms/layernorm | (no "
+                           "layernorm_bf16 in this library) an fp32 kernel in a bf16 run: its "
+                           "inputs converted to float"),
               std::string::npos)
         << printed;
 }

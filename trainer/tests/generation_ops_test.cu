@@ -1,5 +1,6 @@
-// The reference's generation ops (ops_generation.cu) on their own: the cache written at its
-// positions and nowhere else; decode attention against a softmax in double, on lengths that leave
+// The reference's generation ops (ops_generation.cu) on their own: a new token's embedding at each
+// sequence's position; the cache written at its positions (read from the lengths on the device)
+// and nowhere else; decode attention against a softmax in double, on lengths that leave
 // chunks of the split empty, with every position past a length NaN (a read there shows), the
 // workspace NaN on entry, and scores large enough that a merge without rescaling overflows; the
 // sampler against the host's rule (sampling.h), never drawing a padding column, wherever the draw
@@ -67,24 +68,76 @@ std::vector<Act> stored(const std::vector<float>& values) {
     return out;
 }
 
+// ---- A new token's embedding ----
+
+// Each sequence's token at the position before its length (sequences at different positions),
+// as the reference's embedding_forward computes a token at that position.
+template <typename Act>
+void decode_embedding_reads_each_sequences_position() {
+    const int B = 3, C = 40, V = 11, positions = 9;
+    const std::vector<int> tokens = {4, 0, 10}, lengths = {1, 9, 5};
+    std::mt19937 random(3);
+    std::normal_distribution<float> normal;
+    std::vector<float> wte(static_cast<std::size_t>(V) * C),
+        wpe(static_cast<std::size_t>(positions) * C);
+    for (float& x : wte) x = normal(random);
+    for (float& x : wpe) x = normal(random);
+    const std::vector<Act> wte_s = stored<Act>(wte), wpe_s = stored<Act>(wpe);
+    Device<Act> out(static_cast<std::size_t>(B) * C), wte_d(wte_s.size()), wpe_d(wpe_s.size());
+    Device<int> tokens_d(B), lengths_d(B);
+    wte_d.upload(wte_s);
+    wpe_d.upload(wpe_s);
+    tokens_d.upload(tokens);
+    lengths_d.upload(lengths);
+    out.upload(stored<Act>(std::vector<float>(out.n, NAN)));
+    decode_embedding_reference<Act>(out.data, tokens_d.data, wte_d.data, wpe_d.data, lengths_d.data,
+                                    B, C);
+    const std::vector<Act> got = out.download();
+    for (int b = 0; b < B; ++b)
+        for (int c = 0; c < C; ++c) {
+            const float want = value(stored<Act>(
+                {value(wte_s[tokens[b] * C + c]) + value(wpe_s[(lengths[b] - 1) * C + c])})[0]);
+            ASSERT_EQ(value(got[b * C + c]), want)
+                << "sequence " << b << ", channel " << c << ": not wte[" << tokens[b] << "] + wpe["
+                << lengths[b] - 1 << "]";
+        }
+}
+
+TEST(GenerationOps, DecodeEmbeddingReadsEachSequencesPosition) {
+    SKIP_WITHOUT_GPU();
+    decode_embedding_reads_each_sequences_position<float>();
+    decode_embedding_reads_each_sequences_position<bf16>();
+}
+
 // ---- The cache written ----
 
+// T tokens of each sequence at its last T positions: the lengths (on the device) differ from one
+// sequence to the next, and a length past the capacity writes nothing of its positions outside.
 template <typename Act>
 void cache_write_writes_its_positions_only() {
-    const int B = 2, T = 5, C = 64, NH = 4, HS = C / NH, capacity = 12, start = 3;
+    const int B = 3, T = 5, C = 64, NH = 4, HS = C / NH, capacity = 12;
+    const std::vector<int> lengths = {8, 12, 14};  // the last: positions 9 .. 13, two outside
     std::mt19937 random(1);
     std::normal_distribution<float> normal;
     std::vector<float> qkv(static_cast<std::size_t>(B) * T * 3 * C);
     for (float& x : qkv) x = normal(random);
     const std::vector<Act> qkv_stored = stored<Act>(qkv);
     const std::size_t elements = kv::layer_elements(B, NH, capacity, HS);
-    Device<Act> q(qkv.size()), k(elements), v(elements);
+    // The caches of B + 1 sequences: the one past the last must stay untouched.
+    const std::size_t room = kv::layer_elements(B + 1, NH, capacity, HS);
+    Device<Act> q(qkv.size()), k(room), v(room);
+    Device<int> lengths_d(B);
     q.upload(qkv_stored);
-    k.upload(stored<Act>(std::vector<float>(elements, NAN)));
-    v.upload(stored<Act>(std::vector<float>(elements, NAN)));
-    kv_cache_write_reference<Act>(k.data, v.data, q.data, B, T, C, NH, capacity, start);
+    k.upload(stored<Act>(std::vector<float>(room, NAN)));
+    v.upload(stored<Act>(std::vector<float>(room, NAN)));
+    lengths_d.upload(lengths);
+    kv_cache_write_reference<Act>(k.data, v.data, q.data, lengths_d.data, B, T, C, NH, capacity);
     const std::vector<Act> keys = k.download(), values = v.download();
-    for (int b = 0; b < B; ++b)
+    for (std::size_t at = elements; at < room; ++at)
+        ASSERT_TRUE(std::isnan(value(keys[at])) && std::isnan(value(values[at])))
+            << "wrote past the last sequence's cache";
+    for (int b = 0; b < B; ++b) {
+        const int start = lengths[b] - T;
         for (int h = 0; h < NH; ++h)
             for (int p = 0; p < capacity; ++p)
                 for (int d = 0; d < HS; ++d) {
@@ -103,6 +156,7 @@ void cache_write_writes_its_positions_only() {
                     ASSERT_EQ(value(values[at]), value(qkv_stored[row + 2 * C + h * HS + d]))
                         << "the value is not qkv's v of that token";
                 }
+    }
 }
 
 TEST(GenerationOps, CacheWriteWritesItsPositionsOnly) {

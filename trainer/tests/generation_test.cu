@@ -3,8 +3,12 @@
 // bf16, fp16; several chunks of decode attention per head); the tokens drawn both ways for the same
 // uniforms, step by step (bf16 too) and end to end (fp32), at batch 1 and 4, past the context.
 // Where the two ways draw differently, the uniform must lie closer to a boundary of the cumulative
-// probabilities than the difference of their logits can move it (sampling_margins.h). The
-// reference's generation ops on their own: generation_ops_test.cu. Skipped without a GPU.
+// probabilities than the difference of their logits can move it (sampling_margins.h). Decoding
+// steps run as CUDA graphs against the same steps launched op by op: the same logits and tokens,
+// bit for bit, one graph captured per batch and sampling, none in fp32 (its LayerNorm cannot be
+// captured: the model says so); generate_tokens, which waits for the GPU only where a refill needs
+// the tokens, against a loop that waits at every step. The reference's generation ops on their
+// own: generation_ops_test.cu. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -79,6 +83,7 @@ void cached_logits_match_the_reference() {
     model.set_params(params);
     model.reserve_kv_cache(B);
     for (int b = 0; b < B; ++b) model.prefill(b, tokens.data() + b * N, prompt - 1);
+    const std::vector<float> uniforms(B, 0.5f);  // the draws are not looked at here
     const double tolerance = kLogitTolerance<Act>;
     double worst[3] = {};  // cached, uncached against the CPU; cached against uncached
     for (int position = prompt - 1; position < N; ++position) {
@@ -88,7 +93,7 @@ void cached_logits_match_the_reference() {
             window.insert(window.end(), tokens.begin() + b * N,
                           tokens.begin() + b * N + position + 1);
         }
-        model.decode(step.data(), B, position);
+        model.decode(step.data(), B, position, uniforms.data(), SamplingParams{}, true);
         const std::vector<float> cached = model.decode_logits(B);
         const std::vector<float> uncached = model.next_token_logits(window.data(), B, position + 1);
         for (int b = 0; b < B; ++b)
@@ -156,8 +161,9 @@ void both_ways_draw_the_same_tokens(int B) {
             last[b] = sequences[b].back();
             window.insert(window.end(), sequences[b].begin() + w.start, sequences[b].end());
         }
-        model.decode(last.data(), B, w.length - 1);
-        model.sample_next(cached.data(), u.data(), B, kSampling);
+        model.decode(last.data(), B, w.length - 1, u.data(), kSampling, true);
+        const std::vector<std::vector<int>> drawn = model.drawn_tokens();
+        for (int b = 0; b < B; ++b) cached[b] = drawn[b][0];
         const std::vector<float> cached_logits = model.decode_logits(B);
         const std::vector<float> logits = model.next_token_logits(window.data(), B, w.length);
         for (int b = 0; b < B; ++b) {
@@ -245,6 +251,137 @@ TEST(Generation, GenerateTokensDrawsTheSameBothWaysFp32) {
                 B, b, step, kSteps, m.draw);
         }
     }
+}
+
+// ---- Decoding steps as CUDA graphs ----
+
+// Two models of the same weights step side by side through generation's windows (refills past the
+// context), one replaying its steps as a CUDA graph, the other launching their kernels one by one,
+// each fed the tokens it drew (given by the host at a refill only): the same logits at every step,
+// bit for bit, and the same tokens. The graph is captured once, at the second step, and runs
+// every step from there; in fp32 the model says why it runs none.
+template <typename Act>
+void graphed_steps_are_the_eager_steps(int B) {
+    const GptConfig config = testing::tiny_config();
+    const int V = config.vocab_size, context = config.max_seq_len;
+    const std::vector<float> params = testing::noisy_params(config, 79);
+    Gpt<Act> graphed(config, *ops_table<Act>("reference"), B, context);
+    Gpt<Act> eager(config, *ops_table<Act>("reference"), B, context);
+    for (Gpt<Act>* model : {&graphed, &eager}) {
+        model->set_params(params);
+        model->reserve_kv_cache(B);
+    }
+    UniformStream uniforms(13);
+    std::vector<std::vector<int>> sequences(B, std::vector<int>{0, 3});
+    ::testing::internal::CaptureStdout();
+    for (int step = 0; step < kSteps; ++step) {
+        const Window w = window_at(step, 2, context);
+        std::vector<float> u(B);
+        for (float& x : u) x = uniforms.next();
+        std::vector<int> last(B);
+        for (int b = 0; b < B; ++b) last[b] = sequences[b].back();
+        for (Gpt<Act>* model : {&graphed, &eager}) {
+            for (int b = 0; b < B && w.refill; ++b)
+                model->prefill(b, sequences[b].data() + w.start, w.length - 1);
+            model->decode(w.refill ? last.data() : nullptr, B, w.length - 1, u.data(), kSampling,
+                          model == &graphed);
+        }
+        const std::vector<float> want = eager.decode_logits(B), got = graphed.decode_logits(B);
+        for (std::size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << "step " << step << ", sequence " << i / V << ", token "
+                                       << i % V << ": the graph's logit is not the eager step's";
+        const std::vector<std::vector<int>> drawn = graphed.drawn_tokens();
+        const std::vector<std::vector<int>> eager_drawn = eager.drawn_tokens();
+        ASSERT_EQ(drawn, eager_drawn) << "step " << step << ": the tokens drawn";
+        for (int b = 0; b < B; ++b) sequences[b].push_back(drawn[b].at(0));
+    }
+    const std::string printed = ::testing::internal::GetCapturedStdout();
+    EXPECT_EQ(eager.decode_graph_use().steps, 0);
+    if (std::is_same_v<Act, float>) {
+        EXPECT_EQ(graphed.decode_graph_use().steps, 0);
+        EXPECT_NE(printed.find("not as a CUDA graph: in fp32 LayerNorm's forward is module 06's"),
+                  std::string::npos)
+            << printed;
+    } else {
+        EXPECT_EQ(graphed.decode_graph_use().captures, 1);
+        EXPECT_EQ(graphed.decode_graph_use().steps, kSteps - 1) << "every step after the first";
+        EXPECT_EQ(printed.find("not as a CUDA graph"), std::string::npos) << printed;
+    }
+    std::printf(
+        "%s, batch %d: %ld of %d steps run by %d CUDA graph(s), the same logits and tokens as "
+        "the steps launched op by op, bit for bit\n",
+        kDtypeName<Act>, B, graphed.decode_graph_use().steps, kSteps,
+        graphed.decode_graph_use().captures);
+}
+
+TEST(Generation, GraphedStepsAreTheEagerStepsBf16) {
+    SKIP_UNLESS_RUNS(bf16);
+    graphed_steps_are_the_eager_steps<bf16>(1);
+    graphed_steps_are_the_eager_steps<bf16>(4);
+}
+TEST(Generation, GraphedStepsAreTheEagerStepsFp16) {
+    SKIP_UNLESS_RUNS(fp16);
+    graphed_steps_are_the_eager_steps<fp16>(3);
+}
+TEST(Generation, Fp32StepsRunWithoutAGraphAndSaySo) {
+    SKIP_UNLESS_RUNS(float);
+    graphed_steps_are_the_eager_steps<float>(2);
+}
+
+// generate_tokens with graphs, without them, and a loop of the same steps that gives the tokens
+// and waits for the draws at every step: the same tokens. Past the context of the tiny preset (the
+// window slides: a refill at every step), and in a context of 320 without a refill for 300 steps,
+// more than the steps the model keeps in flight before it waits (kStepsInFlight). A second
+// sampling captures a second graph.
+template <typename Act>
+void generate_tokens_is_the_waiting_loop(int context, int tokens) {
+    GptConfig config = testing::tiny_config();
+    config.max_seq_len = context;
+    const int B = 2;
+    const std::vector<int> prompt = {0, 5, 7};
+    Gpt<Act> model(config, *ops_table<Act>("reference"), B, context);
+    model.set_params(testing::noisy_params(config, 83));
+    GenerationOptions options{B, tokens, context, kSampling, 17, true};
+    const auto graphed = generate_tokens(model, prompt, options);
+    EXPECT_EQ(model.decode_graph_use().captures, 1);
+    options.cuda_graph = false;
+    const auto eager = generate_tokens(model, prompt, options);
+    EXPECT_EQ(graphed, eager) << "context " << context;
+
+    UniformStream uniforms(options.seed);
+    std::vector<std::vector<int>> sequences(B, prompt);
+    for (int step = 0; step < tokens; ++step) {
+        const Window w = window_at(step, static_cast<int>(prompt.size()), context);
+        std::vector<float> u(B);
+        for (float& x : u) x = uniforms.next();
+        std::vector<int> last(B);
+        for (int b = 0; b < B; ++b) {
+            if (w.refill) model.prefill(b, sequences[b].data() + w.start, w.length - 1);
+            last[b] = sequences[b].back();
+        }
+        model.decode(last.data(), B, w.length - 1, u.data(), kSampling, true);
+        const std::vector<std::vector<int>> drawn = model.drawn_tokens();
+        for (int b = 0; b < B; ++b) sequences[b].push_back(drawn[b].at(0));
+    }
+    for (int b = 0; b < B; ++b) {
+        const std::vector<int> waited(sequences[b].begin() + prompt.size(), sequences[b].end());
+        EXPECT_EQ(graphed[b], waited) << "context " << context << ", sequence " << b;
+    }
+
+    options.cuda_graph = true;
+    options.sampling.top_k = 5;
+    generate_tokens(model, prompt, options);
+    EXPECT_EQ(model.decode_graph_use().captures, 2) << "another sampling, another graph";
+}
+
+TEST(Generation, GenerateTokensIsTheWaitingLoopBf16) {
+    SKIP_UNLESS_RUNS(bf16);
+    generate_tokens_is_the_waiting_loop<bf16>(64, kSteps);
+    generate_tokens_is_the_waiting_loop<bf16>(320, 300);
+}
+TEST(Generation, GenerateTokensIsTheWaitingLoopFp16) {
+    SKIP_UNLESS_RUNS(fp16);
+    generate_tokens_is_the_waiting_loop<fp16>(320, 300);
 }
 
 }  // namespace

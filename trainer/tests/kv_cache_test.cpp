@@ -1,8 +1,9 @@
-// The KV cache's arithmetic without a GPU (kv_cache.h, generate.h): its layout, the split of
-// decode attention along the cache (every position in one chunk, the GPU filled at batch 1), the
-// split-and-merge of softmax states against one softmax in double (empty chunks, masked keys,
-// scores large enough that an unrescaled merge overflows), and generation's window: which tokens
-// the cache holds at which positions, step by step, the context sliding.
+// The KV cache's arithmetic without a GPU (kv_cache.h, generate.h, decode_graph.h): its layout,
+// the split of decode attention along the cache (every position in one chunk, the GPU filled at
+// batch 1), the split-and-merge of softmax states against one softmax in double (empty chunks,
+// masked keys, scores large enough that an unrescaled merge overflows), generation's window: which
+// tokens the cache holds at which positions, step by step, the context sliding; and when a decoding
+// step runs as a CUDA graph, is captured, or runs its ops one by one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "decode_graph.h"
 #include "generate.h"
 #include "kv_cache.h"
 
@@ -175,6 +177,63 @@ TEST(Generation, WindowSlidesAndTheCacheHoldsIt) {
             EXPECT_EQ(refills, std::max(1, sliding))
                 << "prompt " << prompt << ", context " << context;
         }
+}
+
+// ---- When a decoding step is a CUDA graph ----
+
+using Launch = DecodeGraphPlan::Launch;
+
+// The launches of a run of steps, each of B sequences with `params`.
+std::vector<Launch> steps(DecodeGraphPlan& plan, int count, int B, const SamplingParams& params,
+                          bool graphs = true) {
+    std::vector<Launch> launches;
+    for (int i = 0; i < count; ++i) launches.push_back(plan.next(B, params, graphs));
+    return launches;
+}
+
+TEST(DecodeGraph, RunsOnceEagerlyThenCapturesThenReplays) {
+    DecodeGraphPlan plan;
+    const SamplingParams params{1.0f, 40, 0.9f};
+    EXPECT_EQ(steps(plan, 4, 16, params),
+              (std::vector<Launch>{DecodeGraphPlan::kEager, DecodeGraphPlan::kCapture,
+                                   DecodeGraphPlan::kReplay, DecodeGraphPlan::kReplay}));
+}
+
+TEST(DecodeGraph, AnotherBatchOrSamplingIsCapturedAgain) {
+    const std::vector<Launch> again = {DecodeGraphPlan::kEager, DecodeGraphPlan::kCapture,
+                                       DecodeGraphPlan::kReplay};
+    const SamplingParams params{1.0f, 40, 1.0f};
+    for (const SamplingParams& other :
+         {SamplingParams{0.8f, 40, 1.0f}, SamplingParams{1.0f, 0, 1.0f},
+          SamplingParams{1.0f, 40, 0.95f}}) {
+        DecodeGraphPlan plan;
+        steps(plan, 3, 1, params);
+        EXPECT_EQ(steps(plan, 3, 1, other), again) << "the sampling's settings are the graph's";
+    }
+    DecodeGraphPlan plan;
+    steps(plan, 3, 1, params);
+    EXPECT_EQ(steps(plan, 3, 16, params), again) << "the batch's buffers are the graph's";
+    EXPECT_EQ(steps(plan, 3, 1, params), again) << "one graph is kept";
+}
+
+TEST(DecodeGraph, WithoutGraphsEveryStepRunsEagerly) {
+    DecodeGraphPlan plan;
+    const SamplingParams params;
+    EXPECT_EQ(steps(plan, 3, 4, params, false), std::vector<Launch>(3, DecodeGraphPlan::kEager));
+    steps(plan, 3, 4, params);
+    EXPECT_EQ(steps(plan, 2, 4, params, false), std::vector<Launch>(2, DecodeGraphPlan::kEager))
+        << "--no-cuda-graph, or a table that refuses graphs";
+    EXPECT_EQ(plan.next(4, params, true), DecodeGraphPlan::kReplay) << "the graph is still good";
+}
+
+TEST(DecodeGraph, NewBuffersForgetTheGraph) {
+    DecodeGraphPlan plan;
+    const SamplingParams params;
+    steps(plan, 3, 2, params);
+    plan.forget();  // reserve_kv_cache for more sequences, or a capture that failed
+    EXPECT_EQ(steps(plan, 3, 2, params),
+              (std::vector<Launch>{DecodeGraphPlan::kEager, DecodeGraphPlan::kCapture,
+                                   DecodeGraphPlan::kReplay}));
 }
 
 }  // namespace

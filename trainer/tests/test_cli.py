@@ -204,23 +204,28 @@ def test_a_stopped_run_goes_on_in_its_folder_as_the_uninterrupted_one(train_gpt,
 
 
 BENCH_LINE = re.compile(r"generation bench: batch (\d+), 80 new tokens per sequence: KV cache (\d+) tok/s "
-                        r"\([\d.]+ s\), no cache (\d+) tok/s \([\d.]+ s\): [\d.]+x; the same tokens both "
-                        r"ways for (\d+) of 80 steps")
+                        r"\([\d.]+ s, ([a-z A-Z]+)\), no cache (\d+) tok/s \([\d.]+ s\): [\d.]+x; the same "
+                        r"tokens both ways for (\d+) of 80 steps")
 
 
-def test_generation_bench_prints_a_line_per_batch(train_gpt, byte_data):
+@pytest.mark.parametrize("graphs", [[], ["--no-cuda-graph"]], ids=["cuda-graph", "no-cuda-graph"])
+def test_generation_bench_prints_a_line_per_batch(train_gpt, byte_data, graphs):
     """--generate-bench on the untrained tiny model, 80 tokens: past its context of 64, so the
     cached way fills its cache again at every token from the 64th; a line for batch 1 and one for
-    batch 16, each with both rates and the steps drawn alike."""
-    result = subprocess.run([train_gpt, "--data", str(byte_data), "-m", "tiny", "--generate-bench", "80"],
-                            capture_output=True, text=True, errors="replace", timeout=300)
+    batch 16, each with both rates, how the cached way's steps ran (each a CUDA graph, which the
+    default dtype's reference allows, or with --no-cuda-graph their kernels one by one) and the
+    steps drawn alike."""
+    result = subprocess.run([train_gpt, "--data", str(byte_data), "-m", "tiny", "--generate-bench", "80",
+                             *graphs], capture_output=True, text=True, errors="replace", timeout=300)
     if "no CUDA GPU" in result.stderr:
         pytest.skip("no CUDA GPU")
     assert result.returncode == 0, result.stderr
     found = [BENCH_LINE.search(line) for line in result.stdout.splitlines()]
     found = [match for match in found if match]
     assert [int(match[1]) for match in found] == [1, 16], result.stdout
-    assert all(int(match[2]) > 0 and int(match[3]) > 0 for match in found)
+    assert all(int(match[2]) > 0 and int(match[4]) > 0 for match in found)
+    how = "kernels launched one by one" if graphs else "each step a CUDA graph"
+    assert all(match[3] == how for match in found), result.stdout
     print(result.stdout)
 
 

@@ -1,17 +1,27 @@
 // Checker of 06_softmax_norms/layernorm_backward: row lengths around a warp, the float4 width and
 // the block; many rows (the column sums); extreme rows (a large mean, equal values, one large
 // gradient in the last column); the same bits on a second call; then the bandwidth at
-// 16384 x 4096 against a device-to-device copy, then more than 2^31 elements.
+// 16384 x 4096 against a device-to-device copy; then the optional bf16 entry point
+// (layernorm_backward_bf16.h), where the file defines it: the same cases in bf16, its outputs
+// added into values that are not zero, each view one element off a 16-byte boundary, more row
+// chunks than a grid holds along y, and its bandwidth at GPT-2's 16384 x 768 and at 16384 x 4096
+// (its limit of 2^26 values); then more than 2^31 elements.
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "course/baselines.h"
+#include "course/entry_point.h"
 #include "course/reference/norms.h"
 #include "course/testing.h"
+#include "course/view.h"
 #include "layernorm.h"  // kLayerNormEps: the statistics come from the forward's definition
 #include "layernorm_backward.h"
+#include "layernorm_backward_bf16.h"
+
+// Weak: a file without the optional entry point still links (course/entry_point.h).
+__attribute__((weak)) decltype(layernorm_backward_bf16) layernorm_backward_bf16;
 
 namespace {
 
@@ -280,6 +290,275 @@ TEST_F(LayerNormBackward, Bandwidth16384x4096) {
     // of 12, and shows it as a lower rate. The copy reads and writes 4 bytes per element.
     const double bytes = 3.0 * 4 * n + 3.0 * 4 * cols + 2.0 * 4 * rows;
     course::record_bandwidth("16384x4096", timing, bytes, "copy", 2.0 * 4 * n);
+}
+
+// ---- layernorm_backward_bf16 (layernorm_backward_bf16.h), the trainer's bf16 rows ----
+//
+// The same double reference and tolerances, from x, dy and gamma rounded to bf16 (the values the
+// kernel reads), the outputs added into values that are not zero: dx is then rounded to bf16
+// once more (course::kBf16Roundoff of the sum), dgamma and dbeta carry one more float rounding.
+
+using bf16 = __nv_bfloat16;
+
+std::vector<float> rounded_to_bf16(std::vector<float> values) {
+    for (float& v : values) v = course::round_to_bf16(v);
+    return values;
+}
+
+// Inputs as make_inputs draws them, x, dy and gamma rounded to bf16 and the forward's statistics
+// computed from the rounded x.
+Inputs make_bf16_inputs(Rows kind, int rows, int cols, course::Rng& rng) {
+    Inputs in = make_inputs(kind, rows, cols, rng);
+    in.x = rounded_to_bf16(in.x);
+    in.dy = rounded_to_bf16(in.dy);
+    in.gamma = rounded_to_bf16(in.gamma);
+    const auto forward = course::reference::layernorm(
+        in.x, in.gamma, std::vector<float>(cols, 0.0f), rows, cols, kLayerNormEps);
+    in.mean.assign(forward.mean.begin(), forward.mean.end());
+    in.rstd.assign(forward.rstd.begin(), forward.rstd.end());
+    return in;
+}
+
+// Views of a bf16 case, each `offset` elements (2 bytes each) past a 16-byte boundary.
+struct Bf16Offsets {
+    int x = 0, dy = 0, gamma = 0, dx = 0;
+    std::string describe() const {
+        return x + dy + gamma + dx == 0
+                   ? ""
+                   : ", views starting (x, dy, gamma, dx) " + std::to_string(x) + ", " +
+                         std::to_string(dy) + ", " + std::to_string(gamma) + ", " +
+                         std::to_string(dx) + " elements past a 16-byte boundary";
+    }
+};
+
+// One call on device buffers made from `in`, into outputs that start at dx0, dgamma0, dbeta0.
+struct Bf16Run {
+    course::View<bf16> x, dy, gamma, dx;
+    course::DeviceBuffer<float> mean, rstd, dgamma, dbeta;
+
+    Bf16Run(const Inputs& in, const std::vector<float>& dx0, const std::vector<float>& dgamma0,
+            const std::vector<float>& dbeta0, const Bf16Offsets& offsets)
+        : x("x", in.x, offsets.x),
+          dy("dy", in.dy, offsets.dy),
+          gamma("gamma", in.gamma, offsets.gamma),
+          dx("dx", dx0.size(), offsets.dx),
+          mean("mean", in.mean),
+          rstd("rstd", in.rstd),
+          dgamma("dgamma", dgamma0),
+          dbeta("dbeta", dbeta0) {
+        // dx starts at dx0; the elements before the view keep the poison (front_untouched).
+        std::vector<std::uint16_t> bits(
+            offsets.dx, static_cast<std::uint16_t>(course::poison_pattern<std::uint16_t>()));
+        const auto values = course::bf16_bits(dx0);
+        bits.insert(bits.end(), values.begin(), values.end());
+        dx.buffer().upload(bits);
+    }
+    void call(int rows, int cols) {
+        layernorm_backward_bf16(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
+                                dx.data(), dgamma.data(), dbeta.data(), rows, cols);
+    }
+};
+
+// The starting values of the outputs (dx in bf16): what the trainer's gradients already hold.
+struct Bf16Start {
+    std::vector<float> dx, dgamma, dbeta;
+};
+
+Bf16Start bf16_start(int rows, int cols, course::Rng& rng) {
+    return {rounded_to_bf16(course::random_floats(std::size_t(rows) * cols, -1.0f, 1.0f, rng)),
+            course::random_floats(cols, -1.0f, 1.0f, rng),
+            course::random_floats(cols, -1.0f, 1.0f, rng)};
+}
+
+// start + `calls` x the reference, each output against its tolerance, widened for the additions.
+// `calls` > 1 (the timed case): every call rounds the growing dx to bf16 again, so dx's tolerance
+// grows with the sum (2^-9 of it per call); dgamma and dbeta's with the count.
+testing::AssertionResult bf16_matches(Bf16Run& run, const Inputs& in, const Bf16Start& start,
+                                      int rows, int cols, int calls = 1) {
+    const auto want =
+        course::reference::layernorm_backward(in.x, in.dy, in.gamma, in.mean, in.rstd, rows, cols);
+    auto tol = tolerances(in, rows, cols);
+    double largest_dx = 0.0;
+    for (double d : want.dx) largest_dx = std::max(largest_dx, std::fabs(d));
+    // Call k rounds a sum of up to 1 + k * largest_dx (the start is within +-1).
+    tol.dx.atol = calls * tol.dx.atol +
+                  (calls > 1 ? 0x1.0p-9 * calls * (1.0 + (calls + 1.0) / 2 * largest_dx) : 0.0);
+    tol.dx.rtol += course::kBf16Roundoff;
+    for (course::Tolerance* sum : {&tol.dgamma, &tol.dbeta}) {
+        sum->atol = calls * sum->atol + 0x1.0p-23 * calls;
+        sum->rtol += 0x1.0p-23;
+    }
+    std::vector<double> dx(want.dx.size()), dgamma(cols), dbeta(cols);
+    std::vector<double> written_dx(want.dx.begin(), want.dx.end());
+    for (std::size_t i = 0; i < dx.size(); ++i) dx[i] = start.dx[i] + calls * want.dx[i];
+    for (int c = 0; c < cols; ++c) {
+        dgamma[c] = start.dgamma[c] + calls * want.dgamma[c];
+        dbeta[c] = start.dbeta[c] + calls * want.dbeta[c];
+    }
+    const auto got_dx = run.dx.values();
+    course::CompareOptions dx_options{"dx", course::Matrix{std::size_t(rows), std::size_t(cols)}};
+    dx_options.diagnose = [&] {
+        for (std::size_t i = 0; i < got_dx.size(); ++i)
+            if (!tol.dx.accepts(got_dx[i], written_dx[i])) return std::string();
+        return std::string(
+            "likely cause: dx holds the gradient alone: it was written over the "
+            "trainer's dx instead of added into it (this entry point adds)");
+    };
+    auto result = course::expect_close(got_dx, dx, tol.dx, dx_options);
+    if (!result) return result;
+    if (!(result = run.dx.front_untouched())) return result;
+    const auto got_dgamma = run.dgamma.download();
+    course::CompareOptions dgamma_options{"dgamma"};
+    dgamma_options.diagnose = [&] {
+        for (int c = 0; c < cols; ++c)
+            if (!tol.dgamma.accepts(got_dgamma[c], calls * want.dgamma[c])) return std::string();
+        return std::string(
+            "likely cause: dgamma holds the column sums alone: written over the "
+            "trainer's dgamma instead of added into it (this entry point adds)");
+    };
+    if (!(result = course::expect_close(got_dgamma, dgamma, tol.dgamma, dgamma_options)))
+        return result;
+    return course::expect_close(run.dbeta.download(), dbeta, tol.dbeta, {"dbeta"});
+}
+
+testing::AssertionResult bf16_case_result(Rows kind, int rows, int cols, const Bf16Offsets& offsets,
+                                          course::Rng& rng) {
+    const auto in = make_bf16_inputs(kind, rows, cols, rng);
+    const auto start = bf16_start(rows, cols, rng);
+    Bf16Run run(in, start.dx, start.dgamma, start.dbeta, offsets);
+    run.call(rows, cols);
+    return bf16_matches(run, in, start, rows, cols);
+}
+
+void check_bf16_case(Rows kind, int rows, int cols, const Bf16Offsets& offsets, course::Rng& rng) {
+    SCOPED_TRACE("layernorm_backward_bf16, " + describe(kind) + ", " + std::to_string(rows) +
+                 " x " + std::to_string(cols) + offsets.describe());
+    EXPECT_TRUE(bf16_case_result(kind, rows, cols, offsets, rng));
+}
+
+TEST_F(LayerNormBackward, Bf16RowLengths) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    auto rng = test_rng();
+    // 1, 7, 9, 33: not a multiple of the 8-value pack (one value at a time); 8: one pack; 768:
+    // GPT-2's width; 1024: the most a warp keeps in registers; 1032: one pack past that; 1000: a
+    // multiple of 8 but not of a warp's 256; 4097: long and odd.
+    for (int cols : {1, 7, 8, 9, 33, 768, 1000, 1024, 1032, 4097}) {
+        const int rows = cols <= 33 ? 37 : 11;
+        check_bf16_case(Rows::kRandom, rows, cols, {}, rng);
+    }
+}
+
+TEST_F(LayerNormBackward, Bf16ManyRows) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    auto rng = test_rng();
+    // The column sums over chunks of 256 rows: 4099 rows end in a partial chunk; 33 columns in a
+    // partial band of columns.
+    check_bf16_case(Rows::kRandom, 4099, 33, {}, rng);
+    check_bf16_case(Rows::kRandom, 1001, 768, {}, rng);
+}
+
+TEST_F(LayerNormBackward, Bf16ExtremeRows) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    auto rng = test_rng();
+    for (Rows kind : {Rows::kEqualValues, Rows::kGradientOutlierAtEnd})
+        for (int cols : {33, 768, 4097}) check_bf16_case(kind, 3, cols, {}, rng);
+}
+
+TEST_F(LayerNormBackward, Bf16ViewsOffA16ByteBoundary) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    auto rng = test_rng();
+    // One view at a time one element (2 bytes) off, then all of them: the 16-byte path must be
+    // chosen from every pointer's alignment.
+    for (const Bf16Offsets& offsets :
+         {Bf16Offsets{1, 0, 0, 0}, Bf16Offsets{0, 1, 0, 0}, Bf16Offsets{0, 0, 1, 0},
+          Bf16Offsets{0, 0, 0, 1}, Bf16Offsets{1, 1, 1, 1}})
+        check_bf16_case(Rows::kRandom, 37, 768, offsets, rng);
+}
+
+TEST_F(LayerNormBackward, Bf16SameBitsEveryCall) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    SCOPED_TRACE(
+        "layernorm_backward_bf16: a second call on the same inputs, from the same starting "
+        "values, must return the same bits: are the column sums added in an order that changes "
+        "between runs (atomicAdd)?");
+    auto rng = test_rng();
+    const int rows = 4099, cols = 1000;
+    const auto in = make_bf16_inputs(Rows::kRandom, rows, cols, rng);
+    const auto start = bf16_start(rows, cols, rng);
+    Bf16Run first(in, start.dx, start.dgamma, start.dbeta, {}),
+        second(in, start.dx, start.dgamma, start.dbeta, {});
+    first.call(rows, cols);
+    second.call(rows, cols);
+    EXPECT_TRUE(
+        course::expect_equal(second.dgamma.download(), first.dgamma.download(), {"dgamma"}));
+    EXPECT_TRUE(course::expect_equal(second.dbeta.download(), first.dbeta.download(), {"dbeta"}));
+    EXPECT_TRUE(course::expect_equal(second.dx.values(), first.dx.values(), {"dx"}));
+}
+
+TEST_F(LayerNormBackward, Bf16MoreChunksThanGridY) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    COURSE_SKIP_ON_EMULATOR("2^24 rows");
+    // 2^24 + 259 rows of 2 values (2^25 values, within the limit of 2^26): 65537 chunks of 256
+    // rows, more than a grid holds along y (65535).
+    auto rng = test_rng();
+    check_bf16_case(Rows::kRandom, (1 << 24) + 259, 2, {}, rng);
+}
+
+void time_bf16_case(int rows, int cols, course::Rng& rng) {
+    const std::size_t n = std::size_t(rows) * cols;
+    // x, dy, dx and the copy's destination (2 bytes each), plus room for the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(4 * n * 2 + (256u << 20));
+    const auto in = make_bf16_inputs(Rows::kRandom, rows, cols, rng);
+    const auto start = bf16_start(rows, cols, rng);
+    Bf16Run run(in, start.dx, start.dgamma, start.dbeta, {});
+    course::DeviceBuffer<std::uint16_t> d_copy("copy", n);
+    int calls = 0;
+
+    // The outputs are added into, so the harness cannot poison them between calls: the calls are
+    // counted, and each output must end as its start plus that many gradients (saxpy_vec4's way;
+    // dgamma and dbeta, in float, prove every call's work closely, dx in bf16 loosely).
+    const auto timing = course::time_against(
+        [&] {
+            run.call(rows, cols);
+            ++calls;
+        },
+        [&] { course::baseline::device_copy(d_copy.data(), run.x.buffer().data(), n * 2); });
+
+    const std::string label = std::to_string(rows) + "x" + std::to_string(cols) + " bf16";
+    {
+        SCOPED_TRACE("the timed run, layernorm_backward_bf16 " + label + ", " +
+                     std::to_string(calls) + " calls, each adding into the outputs");
+        EXPECT_TRUE(bf16_matches(run, in, start, rows, cols, calls));
+    }
+    // Bytes that must move: read x and dy, read and write dx (2 bytes each per element); gamma,
+    // dgamma, dbeta per column and mean, rstd per row. The column sums' second read of x and dy
+    // is not counted. The copy reads and writes 2 bytes per element. Shown, not judged.
+    const double bytes = 4.0 * 2 * n + 2.0 * cols + 2.0 * 2 * 4 * cols + 2.0 * 4 * rows;
+    course::record_bandwidth(label, timing, bytes, "copy", 2.0 * 2 * n);
+}
+
+// GPT-2's LayerNorm at 16 x 1024 tokens: rows of 1.5 KB.
+TEST_F(LayerNormBackward, Bf16Bandwidth16384x768) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    COURSE_SKIP_ON_EMULATOR("a timed case");
+    auto rng = test_rng();
+    time_bf16_case(16384, 768, rng);
+}
+
+// 2^26 values, the contract's limit.
+TEST_F(LayerNormBackward, Bf16Bandwidth16384x4096) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_backward_bf16);
+    COURSE_SKIP_ON_EMULATOR("a timed case");
+    auto rng = test_rng();
+    time_bf16_case(16384, 4096, rng);
 }
 
 TEST_F(LayerNormBackward, MoreThan2To31Elements) {

@@ -1,7 +1,10 @@
 // Checker of 06_softmax_norms/layernorm: row lengths around a warp, the float4 width and the
 // block, extreme rows (large values, a large mean, equal values, one outlier in the last column),
-// then the bandwidth at 16384 x 4096 and 4096 x 50304 against a device-to-device copy, then more
-// than 2^31 elements.
+// then the bandwidth at 16384 x 4096 and 4096 x 50304 against a device-to-device copy; then the
+// optional bf16 entry point (layernorm_bf16.h), where the file defines it: row lengths around the
+// 16-byte pack and the registers' share of a row, extreme rows, each view one element off a
+// 16-byte boundary, and its bandwidth at GPT-2's 16384 x 768 and at 16384 x 4096 (its limit of
+// 2^26 values); then more than 2^31 elements.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,9 +12,15 @@
 #include <vector>
 
 #include "course/baselines.h"
+#include "course/entry_point.h"
 #include "course/reference/norms.h"
 #include "course/testing.h"
+#include "course/view.h"
 #include "layernorm.h"
+#include "layernorm_bf16.h"
+
+// Weak: a file without the optional entry point still links (course/entry_point.h).
+__attribute__((weak)) decltype(layernorm_bf16) layernorm_bf16;
 
 namespace {
 
@@ -256,6 +265,144 @@ TEST_F(LayerNorm, Bandwidth16384x4096) {
 TEST_F(LayerNorm, Bandwidth4096x50304) {
     auto rng = test_rng();
     time_case(4096, 50304, rng);
+}
+
+// ---- layernorm_bf16 (layernorm_bf16.h), the trainer's bf16 rows: where the file defines it ----
+//
+// The same double reference and tolerances, from x, gamma and beta rounded to bf16 (the values
+// the kernel reads); y is rounded once more when stored, course::kBf16Roundoff relatively.
+
+using bf16 = __nv_bfloat16;
+
+// Views of a bf16 case, each `offset` elements (2 bytes each) past a 16-byte boundary.
+struct Bf16Offsets {
+    int x = 0, gamma = 0, beta = 0, y = 0;
+    bool any() const { return x + gamma + beta + y > 0; }
+    std::string describe() const {
+        return any() ? ", views starting (x, gamma, beta, y) " + std::to_string(x) + ", " +
+                           std::to_string(gamma) + ", " + std::to_string(beta) + ", " +
+                           std::to_string(y) + " elements past a 16-byte boundary"
+                     : "";
+    }
+};
+
+std::vector<float> rounded_to_bf16(std::vector<float> values) {
+    for (float& v : values) v = course::round_to_bf16(v);
+    return values;
+}
+
+void check_bf16_case(Rows kind, int rows, int cols, const Bf16Offsets& offsets, course::Rng& rng) {
+    SCOPED_TRACE("layernorm_bf16, " + describe(kind) + ", " + std::to_string(rows) + " x " +
+                 std::to_string(cols) + offsets.describe());
+    const auto x = rounded_to_bf16(make_x(kind, rows, cols, rng));
+    const auto gamma = rounded_to_bf16(course::random_floats(cols, 0.5f, 1.5f, rng));
+    const auto beta = rounded_to_bf16(course::random_floats(cols, -0.5f, 0.5f, rng));
+    course::View<bf16> d_x("x", x, offsets.x), d_gamma("gamma", gamma, offsets.gamma),
+        d_beta("beta", beta, offsets.beta), y("y", x.size(), offsets.y);
+    course::DeviceBuffer<float> mean("mean", rows), rstd("rstd", rows);
+
+    layernorm_bf16(d_x.data(), d_gamma.data(), d_beta.data(), y.data(), mean.data(), rstd.data(),
+                   rows, cols);
+
+    auto e = expected(x, gamma, beta, rows, cols);
+    e.tol.y.rtol += course::kBf16Roundoff;
+    EXPECT_TRUE(course::expect_close(mean.download(), e.want.mean, e.tol.mean, {"mean"}));
+    EXPECT_TRUE(course::expect_close(rstd.download(), e.want.rstd, e.tol.rstd, {"rstd"}));
+    EXPECT_TRUE(course::expect_close(y.values(), e.want.y, e.tol.y,
+                                     {"y", course::Matrix{std::size_t(rows), std::size_t(cols)}}));
+    EXPECT_TRUE(y.front_untouched());
+}
+
+TEST_F(LayerNorm, Bf16RowLengths) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_bf16);
+    auto rng = test_rng();
+    // 1, 7, 9, 33: not a multiple of the 8-value pack (one value at a time); 8: one pack; 768:
+    // GPT-2's width, three packs a lane; 1024: the most a warp keeps in registers (4 packs a
+    // lane); 1032: one pack past that, read twice; 1000: a multiple of 8 but not of a warp's 256;
+    // 4097, 50304: long rows. Then many rows of GPT-2's width.
+    for (int cols : {1, 7, 8, 9, 33, 768, 1000, 1024, 1032, 4097, 50304}) {
+        const int rows = cols <= 33 ? 37 : cols <= 4097 ? 11 : 3;
+        check_bf16_case(Rows::kRandom, rows, cols, {}, rng);
+    }
+    check_bf16_case(Rows::kRandom, 1001, 768, {}, rng);
+}
+
+TEST_F(LayerNorm, Bf16ExtremeRows) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_bf16);
+    auto rng = test_rng();
+    // (No large-mean rows: bf16 keeps 8 significant bits, so a spread of 1 around 1e4 rounds away.)
+    for (Rows kind : {Rows::kLargeValues, Rows::kEqualValues, Rows::kOutlierAtEnd})
+        for (int cols : {33, 768, 4097}) check_bf16_case(kind, 3, cols, {}, rng);
+}
+
+TEST_F(LayerNorm, Bf16ViewsOffA16ByteBoundary) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_bf16);
+    auto rng = test_rng();
+    // One view at a time one element (2 bytes) off: a kernel that picks its 16-byte packs from
+    // some of the pointers' alignment and not all makes a misaligned access. Then all of them.
+    for (const Bf16Offsets& offsets :
+         {Bf16Offsets{1, 0, 0, 0}, Bf16Offsets{0, 1, 0, 0}, Bf16Offsets{0, 0, 1, 0},
+          Bf16Offsets{0, 0, 0, 1}, Bf16Offsets{1, 1, 1, 1}})
+        check_bf16_case(Rows::kRandom, 37, 768, offsets, rng);
+}
+
+void time_bf16_case(int rows, int cols, course::Rng& rng) {
+    const std::size_t n = std::size_t(rows) * cols;
+    // x, y, the copy's destination and the harness's two copies of y (2 bytes each), plus room
+    // for the L2 flush buffer.
+    COURSE_REQUIRE_MEMORY(5 * n * 2 + (256u << 20));
+    const auto x = rounded_to_bf16(make_x(Rows::kRandom, rows, cols, rng));
+    const auto gamma = rounded_to_bf16(course::random_floats(cols, 0.5f, 1.5f, rng));
+    const auto beta = rounded_to_bf16(course::random_floats(cols, -0.5f, 0.5f, rng));
+    course::View<bf16> d_x("x", x, 0), d_gamma("gamma", gamma, 0), d_beta("beta", beta, 0),
+        y("y", n, 0);
+    course::DeviceBuffer<float> mean("mean", rows), rstd("rstd", rows);
+    course::DeviceBuffer<std::uint16_t> d_copy("copy", n);
+    auto e = expected(x, gamma, beta, rows, cols);
+    e.tol.y.rtol += course::kBf16Roundoff;
+
+    const auto timing = course::time_against(
+        [&] {
+            layernorm_bf16(d_x.data(), d_gamma.data(), d_beta.data(), y.data(), mean.data(),
+                           rstd.data(), rows, cols);
+        },
+        [&] { course::baseline::device_copy(d_copy.data(), d_x.buffer().data(), n * 2); },
+        {course::TimedOutput(y.buffer()), course::TimedOutput(mean, e.tol.mean),
+         course::TimedOutput(rstd, e.tol.rstd)},
+        {course::sign_flipped(d_x.buffer())});
+
+    const std::string label = std::to_string(rows) + "x" + std::to_string(cols) + " bf16";
+    {
+        SCOPED_TRACE("the timed run, layernorm_bf16 " + label);
+        EXPECT_TRUE(course::expect_close(y.values(), e.want.y, e.tol.y, {"y"}));
+        EXPECT_TRUE(course::expect_close(rstd.download(), e.want.rstd, e.tol.rstd, {"rstd"}));
+    }
+    // Read x and write y (2 bytes each per element), gamma and beta once, mean and rstd written;
+    // the copy reads and writes 2 bytes per element. Shown, not judged (the target's cases are
+    // the float ones).
+    const double bytes = 2.0 * 2 * n + 2.0 * 2 * cols + 2.0 * 4 * rows;
+    course::record_bandwidth(label, timing, bytes, "copy", 2.0 * 2 * n);
+}
+
+// GPT-2's LayerNorm at 16 x 1024 tokens: rows of 1.5 KB, 24 MiB in all.
+TEST_F(LayerNorm, Bf16Bandwidth16384x768) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_bf16);
+    COURSE_SKIP_ON_EMULATOR("a timed case");
+    auto rng = test_rng();
+    time_bf16_case(16384, 768, rng);
+}
+
+// 2^26 values, the contract's limit: rows of 8 KB, read partly twice (past the registers' 1024).
+TEST_F(LayerNorm, Bf16Bandwidth16384x4096) {
+    COURSE_REQUIRE_BF16();
+    COURSE_REQUIRE_ENTRY_POINT(layernorm_bf16);
+    COURSE_SKIP_ON_EMULATOR("a timed case");
+    auto rng = test_rng();
+    time_bf16_case(16384, 4096, rng);
 }
 
 TEST_F(LayerNorm, MoreThan2To31Elements) {

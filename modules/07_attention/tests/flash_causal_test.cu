@@ -6,6 +6,8 @@
 // cuBLAS's materialized attention in float32, causal (FLOPs counted for the visible half), and the
 // causal run next to the same kernel's non-causal run: skipping the masked tiles makes it cost
 // about half.
+#include <cmath>
+
 #include "attention_checks.h"
 #include "flash_causal.h"
 
@@ -80,8 +82,10 @@ TEST_F(FlashCausal, SkipsMaskedTiles) {
     course::record_flops(perf_label(causal) + " vs not causal", timing, forward_flops(causal),
                          "flash_causal not causal", forward_flops(causal));
     const double fraction = timing.learner.median_ms / timing.baseline.median_ms;
+    // A failure of speed, not of values: the grader leaves out its hint about races.
+    if (fraction > 0.65) RecordProperty("speed_failure", "1");
     EXPECT_LE(fraction, 0.65)
-        << "the causal run takes " << 100 * fraction
+        << "the causal run takes " << std::lround(100 * fraction)
         << "% of the non-causal run's time: half the tiles are fully masked, skip them (stop the "
            "key loop at the tile holding the block's last query) instead of masking them";
 }

@@ -258,7 +258,7 @@ TEST_F(AdamW, SizesFloat) {
 }
 
 TEST_F(AdamW, SizesBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     auto rng = test_rng();
     for (std::size_t n : kSizes) check_case({n, Working::kBf16}, rng);
 }
@@ -269,7 +269,7 @@ TEST_F(AdamW, ViewsOffBoundaries) {
     auto rng = test_rng();
     const Hyper h = Hyper::at_step(1, 0.1f, 0.5f);
     std::vector<Working> workings{Working::kFloat};
-    if (!training_checks::bf16_skip_reason()) workings.push_back(Working::kBf16);
+    if (!course::bf16_skip_reason()) workings.push_back(Working::kBf16);
     for (Working working : workings) {
         check_case({1000, working, h, 1, 0, 0, 0, 0}, rng);
         check_case({1000, working, h, 0, 1, 0, 0, 0}, rng);
@@ -284,7 +284,7 @@ TEST_F(AdamW, ViewsOffBoundaries) {
 // one where they are close to 1; weight decay on and off; no clipping and a clipping factor.
 TEST_F(AdamW, StepsDecayAndClipping) {
     auto rng = test_rng();
-    const Working working = training_checks::bf16_skip_reason() ? Working::kFloat : Working::kBf16;
+    const Working working = course::bf16_skip_reason() ? Working::kFloat : Working::kBf16;
     for (int step : {1, 2, 10, 1000})
         for (float weight_decay : {0.0f, 0.1f})
             for (float grad_scale : {1.0f, 0.37f})
@@ -364,7 +364,7 @@ void time_step(Working w, const std::string& label) {
 }
 
 TEST_F(AdamW, BandwidthBf16Working) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     time_step<bf16>(Working::kBf16, "bf16 working n=2^26");
 }
 TEST_F(AdamW, BandwidthNoWorking) { time_step<float>(Working::kNone, "no working n=2^26"); }
@@ -375,7 +375,7 @@ TEST_F(AdamW, MoreThan2To31Parameters) {
     // 2^31 + 2^20 + 3 parameters (8.6 GB per float array, 4.3 GB of bf16): an index held in an
     // int overflows at 2^31. The state is made on the device, compared in windows around 2^31
     // and 2^32 and at the ends.
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 20) + 3;
     COURSE_LARGE_CASE(4 * n * sizeof(float) + n * sizeof(bf16) + (64u << 20));
     SCOPED_TRACE("n = 2^31 + 2^20 + 3, bf16 working copy, state made on the device");

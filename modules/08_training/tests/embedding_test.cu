@@ -140,7 +140,7 @@ TEST_F(Embedding, ForwardFloat) {
 }
 
 TEST_F(Embedding, ForwardBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     auto rng = test_rng();
     for (const ForwardCase& c : forward_cases()) check_forward<bf16>(c, rng);
 }
@@ -307,7 +307,7 @@ TEST_F(Embedding, BackwardFloat) {
 }
 
 TEST_F(Embedding, BackwardBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     auto rng = test_rng();
     check_backward_cases<bf16>(rng);
 }
@@ -387,7 +387,7 @@ void time_forward(const std::string& label) {
 
 TEST_F(Embedding, BandwidthForwardFloat) { time_forward<float>("forward float B=64 T=1024 C=768"); }
 TEST_F(Embedding, BandwidthForwardBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     time_forward<bf16>("forward bf16 B=64 T=1024 C=768");
 }
 

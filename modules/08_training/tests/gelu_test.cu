@@ -201,13 +201,13 @@ TEST_F(Gelu, BackwardFloat) {
 }
 
 TEST_F(Gelu, ForwardBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     auto rng = test_rng();
     for (const Case& c : cases()) check_forward<bf16>(c, rng);
 }
 
 TEST_F(Gelu, BackwardBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     auto rng = test_rng();
     for (const Case& c : cases()) check_backward<bf16>(c, rng);
     check_backward<bf16>({1000, -5.0f, 5.0f, 0, 0, 0, true}, rng);
@@ -278,11 +278,11 @@ void time_backward(const std::string& label) {
 TEST_F(Gelu, BandwidthForwardFloat) { time_forward<float>("forward float n=2^26"); }
 TEST_F(Gelu, BandwidthBackwardFloat) { time_backward<float>("backward float n=2^26"); }
 TEST_F(Gelu, BandwidthForwardBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     time_forward<bf16>("forward bf16 n=2^27");
 }
 TEST_F(Gelu, BandwidthBackwardBf16) {
-    TRAINING_REQUIRE_BF16();
+    COURSE_REQUIRE_BF16();
     time_backward<bf16>("backward bf16 n=2^27");
 }
 
