@@ -1,5 +1,5 @@
-// The contract functions of the exercises that the trainer's exercise tables can call (modules 01
-// and 04-08, listed in kernel_ops.toml), each with the key it is found under in an exercise's
+// The contract functions of the exercises that the trainer's exercise tables can call (modules 01,
+// 04-08 and 10, listed in kernel_ops.toml), each with the key it is found under in an exercise's
 // kernel library: kernel_entry.cpp, compiled into every library, answers the key with the
 // function's address where the library's exercise defines it, else null. ops_learner.cu asks for
 // the keys and casts the addresses back to these types.
@@ -9,10 +9,15 @@
 // the fast references (vector_add_bf16, gemm_bf16_epilogue, layernorm_bf16,
 // layernorm_backward_bf16, cross_entropy_bf16: course/entry_point.h) are keys like the others: a
 // library whose file does not define one answers null, and the table converts around the
-// contract instead.
+// contract instead. Module 10's functions have their types written here as well, which the tables
+// call: a course without the module (it is not in modules/ yet) builds without its headers and its
+// keys, and where the module is there, its headers must agree with these types (the static_asserts
+// below).
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 #include "01_basics/vector_add.h"
 #include "01_basics/vector_add_bf16.h"
@@ -55,7 +60,33 @@ using AdamW = void(float* master, Act* working, const float* grads, float* m, fl
 
 using bf16 = __nv_bfloat16;
 
+// Module 10's contracts (modules/10_inference/decode_attention.h, topk.h, sample.h).
+using DecodeAttention = void(const bf16* q, const bf16* k_cache, const bf16* v_cache,
+                             const int* lengths, bf16* out, float* lse, float* workspace, int batch,
+                             int heads, int kv_heads, int capacity, int D, float scale);
+using TopK = void(const float* logits, float* values, int* indices, int rows, int vocab, int k);
+using Sample = void(const float* logits, const float* uniforms, int* tokens, int rows, int vocab,
+                    float temperature, int top_k, float top_p);
+
 }  // namespace trainer::exercise
+
+#if __has_include("10_inference/decode_attention.h")
+#include "10_inference/decode_attention.h"
+#include "10_inference/sample.h"
+#include "10_inference/topk.h"
+static_assert(std::is_same_v<decltype(::decode_attention), trainer::exercise::DecodeAttention> &&
+                  std::is_same_v<decltype(::topk), trainer::exercise::TopK> &&
+                  std::is_same_v<decltype(::sample), trainer::exercise::Sample>,
+              "module 10's contracts changed: update trainer/exercise_functions.h and the tables");
+#define TRAINER_HAS_MODULE10 1
+#define TRAINER_MODULE10_FUNCTIONS(X)                                     \
+    X("decode_attention", decode_attention, decltype(::decode_attention)) \
+    X("topk", topk, decltype(::topk))                                     \
+    X("sample", sample, decltype(::sample))
+#else
+#define TRAINER_HAS_MODULE10 0
+#define TRAINER_MODULE10_FUNCTIONS(X)  // a course without module 10: no keys
+#endif
 
 // X(key, function, type) for every contract function above: the key names the function (and,
 // for an overload, its activation type), `type` is its function type.
@@ -89,4 +120,5 @@ using bf16 = __nv_bfloat16;
     X("embedding_backward bf16", embedding_backward,                                               \
       trainer::exercise::EmbeddingBackward<trainer::exercise::bf16>)                               \
     X("adamw float", adamw, trainer::exercise::AdamW<float>)                                       \
-    X("adamw bf16", adamw, trainer::exercise::AdamW<trainer::exercise::bf16>)
+    X("adamw bf16", adamw, trainer::exercise::AdamW<trainer::exercise::bf16>)                      \
+    TRAINER_MODULE10_FUNCTIONS(X)

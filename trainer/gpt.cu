@@ -1,5 +1,5 @@
 // trainer/gpt: the GPT-2 model of the course's trainer, forward and backward written out layer by
-// layer, every op called through the dispatch table (ops.h).
+// layer, every op called through the dispatch table (ops.h), and generation with a KV cache.
 //
 // Teaches: what a training step of a transformer computes and keeps. The forward pass stores what
 // the backward pass needs (each LayerNorm's input statistics, each linear layer's input, the
@@ -7,7 +7,13 @@
 // of the residual stream and adding each parameter's gradient into a float buffer; the optimizer
 // then updates float master weights and, in mixed precision, their bf16 or fp16 copy. In fp16 the
 // backward starts from a scaled loss (loss_scaler.h) and the update divides the scale out of the
-// gradients, or skips the step where they overflowed.
+// gradients, or skips the step where they overflowed. Generation keeps every layer's keys and
+// values (the KV cache, kv_cache.h): a prefill writes a prompt's, then each decoding step runs the
+// layers for one new token per sequence, its attention reading the cache, computes the logits of
+// its position only and draws the next token. A step is some 140 small kernels, too short to hide
+// their launches, so it runs as one CUDA graph, captured once and replayed for every token: its
+// ops read what changes per token (the position, the token, the random number) from the GPU's
+// memory, which one copy per step fills, and the host enqueues step after step without waiting.
 //
 // Run:  build/trainer/bin/train_gpt --help          (trainer/README.md)
 // Interface: gpt.h
@@ -15,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -22,6 +30,7 @@
 
 #include "course/check.h"
 #include "gpt.h"
+#include "kv_cache.h"
 
 namespace trainer {
 
@@ -158,22 +167,29 @@ double flops_per_token(const GptConfig& config, int T) {
 
 template <typename Act>
 template <typename P>
-P* Gpt<Act>::allocate(std::size_t count, const char* what) {
+P* Gpt<Act>::allocate(std::size_t count, const char* what, std::vector<void*>* owner) {
     void* p = nullptr;
     const std::size_t bytes = count * sizeof(P);
     const cudaError_t status = cudaMalloc(&p, bytes);
     if (status == cudaErrorMemoryAllocation) {
         cudaGetLastError();  // not sticky: clear it
         char message[512];
-        std::snprintf(message, sizeof message,
-                      "out of GPU memory allocating %s (%.2f GiB, %.2f GiB taken before it) for "
-                      "micro-batches of %d x %d tokens: lower the batch size (-b) or the sequence "
-                      "length (-t), and raise --grad-accum to keep the tokens per step",
-                      what, bytes / 1073741824.0, device_bytes_ / 1073741824.0, max_B_, max_T_);
+        if (owner == &gen_.allocations)
+            std::snprintf(message, sizeof message,
+                          "out of GPU memory allocating %s (%.2f GiB, %.2f GiB taken before it) "
+                          "for generating %d sequences with a KV cache: lower --generate-batch",
+                          what, bytes / 1073741824.0, device_bytes_ / 1073741824.0, gen_.sequences);
+        else
+            std::snprintf(
+                message, sizeof message,
+                "out of GPU memory allocating %s (%.2f GiB, %.2f GiB taken before it) for "
+                "micro-batches of %d x %d tokens: lower the batch size (-b) or the "
+                "sequence length (-t), and raise --grad-accum to keep the tokens per step",
+                what, bytes / 1073741824.0, device_bytes_ / 1073741824.0, max_B_, max_T_);
         throw std::runtime_error(message);
     }
     CUDA_CHECK(status);
-    allocations_.push_back(p);
+    (owner ? owner : &allocations_)->push_back(p);
     device_bytes_ += bytes;
     return static_cast<P*>(p);
 }
@@ -264,6 +280,7 @@ Gpt<Act>::Gpt(const GptConfig& config, const Ops<Act>& ops, int B, int T, Optimi
 
 template <typename Act>
 Gpt<Act>::~Gpt() {
+    release_generation();
     for (void* p : allocations_) cudaFree(p);
 }
 
@@ -332,21 +349,26 @@ void Gpt<Act>::optimizer_state(std::vector<float>* m, std::vector<float>* v) {
     CUDA_CHECK(cudaFree(full));
 }
 
-// Uploads the token ids, and groups the positions by token for the embedding's backward:
-// sorting (token, position) pairs puts each token's positions together, in increasing order.
+// One line for a token id the model has no row for.
+template <typename Act>
+void Gpt<Act>::check_tokens(const int* tokens, int n) const {
+    for (int i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= config_.vocab_size)
+            throw std::runtime_error(
+                "token id " + std::to_string(tokens[i]) + " is outside the model's vocabulary of " +
+                std::to_string(config_.vocab_size) + " (data made with another tokenizer?)");
+}
+
+// Uploads the token ids, and where there are targets (a backward may follow), groups the positions
+// by token for the embedding's backward: sorting (token, position) pairs puts each token's
+// positions together, in increasing order. Without targets (generation), no backward follows.
 template <typename Act>
 void Gpt<Act>::upload_tokens(const int* inputs, const int* targets, int n) {
-    for (int i = 0; i < n; ++i) {
-        const bool bad_input = inputs[i] < 0 || inputs[i] >= config_.vocab_size;
-        const bool bad_target = targets && (targets[i] < 0 || targets[i] >= config_.vocab_size);
-        if (bad_input || bad_target)
-            throw std::runtime_error(
-                "token id " + std::to_string(bad_input ? inputs[i] : targets[i]) +
-                " is outside the model's vocabulary of " + std::to_string(config_.vocab_size) +
-                " (data made with another tokenizer?)");
-    }
+    check_tokens(inputs, n);
+    if (targets) check_tokens(targets, n);
     CUDA_CHECK(cudaMemcpy(inputs_, inputs, n * sizeof(int), cudaMemcpyHostToDevice));
-    if (targets) CUDA_CHECK(cudaMemcpy(targets_, targets, n * sizeof(int), cudaMemcpyHostToDevice));
+    if (!targets) return;
+    CUDA_CHECK(cudaMemcpy(targets_, targets, n * sizeof(int), cudaMemcpyHostToDevice));
 
     std::vector<std::pair<int, int>> order(n);
     for (int i = 0; i < n; ++i) order[i] = {inputs[i], i};
@@ -377,6 +399,23 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
                                  " tokens is larger than the model was built for (" +
                                  std::to_string(max_B_) + " x " + std::to_string(max_T_) + ")");
     upload_tokens(inputs, targets, B * T);
+    forward_layers(B, T);
+    const int L = config_.layers, C = config_.channels;
+    const int rows = B * T;
+    const std::size_t btc = static_cast<std::size_t>(max_B_) * max_T_ * C;
+    const Act* last = act_.residual3 + (L - 1) * btc;
+    ops_.layernorm_forward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, last, param_[kLnfWeight],
+                           param_[kLnfBias], rows, C);
+    // The LM head is the token embedding, transposed (weight tying).
+    ops_.linear_forward(act_.logits, nullptr, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
+                        config_.padded_vocab_size);
+    if (targets)
+        ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows,
+                           config_.vocab_size, config_.padded_vocab_size);
+}
+
+template <typename Act>
+void Gpt<Act>::forward_layers(int B, int T) {
     const int L = config_.layers, C = config_.channels, NH = config_.heads;
     const int rows = B * T;
     const long long n = static_cast<long long>(rows) * C;
@@ -416,15 +455,6 @@ void Gpt<Act>::forward(const int* inputs, const int* targets, int B, int T, floa
                             rows, 4 * C, C);
         ops_.residual_forward(residual3, residual2, act_.projection, n);
     }
-    const Act* last = act_.residual3 + (L - 1) * btc;
-    ops_.layernorm_forward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, last, param_[kLnfWeight],
-                           param_[kLnfBias], rows, C);
-    // The LM head is the token embedding, transposed (weight tying).
-    ops_.linear_forward(act_.logits, nullptr, act_.lnf, param_[kTokenEmbedding], nullptr, rows, C,
-                        config_.padded_vocab_size);
-    if (targets)
-        ops_.cross_entropy(act_.logits, act_.losses, targets_, dloss_scale, rows,
-                           config_.vocab_size, config_.padded_vocab_size);
 }
 
 template <typename Act>
@@ -540,16 +570,290 @@ std::vector<float> Gpt<Act>::logits(int B, int T) const {
     return host;
 }
 
+namespace {
+
+// The first V of every `pitch` logits on the device, `rows` times, as floats.
 template <typename Act>
-std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int t) {
-    forward(tokens, nullptr, 1, t, 0.0f);
-    std::vector<Act> stored(config_.vocab_size);
-    CUDA_CHECK(cudaMemcpy(stored.data(),
-                          act_.logits + static_cast<std::size_t>(t - 1) * config_.padded_vocab_size,
-                          stored.size() * sizeof(Act), cudaMemcpyDeviceToHost));
+std::vector<float> rows_of_logits(const Act* logits, std::size_t pitch, int rows, int V) {
+    std::vector<Act> stored(static_cast<std::size_t>(rows) * V);
+    CUDA_CHECK(cudaMemcpy2D(stored.data(), V * sizeof(Act), logits, pitch * sizeof(Act),
+                            V * sizeof(Act), rows, cudaMemcpyDeviceToHost));
     std::vector<float> host(stored.size());
     for (std::size_t i = 0; i < stored.size(); ++i) host[i] = static_cast<float>(stored[i]);
     return host;
+}
+
+}  // namespace
+
+template <typename Act>
+std::vector<float> Gpt<Act>::next_token_logits(const int* tokens, int B, int t) {
+    forward(tokens, nullptr, B, t, 0.0f);
+    const std::size_t Vp = config_.padded_vocab_size;
+    return rows_of_logits(act_.logits + (t - 1) * Vp, t * Vp, B, config_.vocab_size);
+}
+
+// ---- Generation with a KV cache ----
+
+namespace {
+
+// Decoding steps the host enqueues before it waits for the GPU: the pinned memory of their values
+// and draws (4 x sequences words each). A wait every 256 steps costs next to nothing.
+constexpr int kStepsInFlight = 256;
+
+// A capture of a stream into a CUDA graph: begun by the constructor, ended by end(), or by the
+// destructor where an exception left it open (its graph dropped). ThreadLocal: a call that may not
+// be captured (an allocation, a synchronization) fails instead of running, and so does a launch on
+// the default stream, on which the capture's stream (a blocking one) would implicitly wait.
+class StreamCapture {
+  public:
+    explicit StreamCapture(cudaStream_t stream) : stream_(stream) {
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    }
+    cudaGraph_t end() {
+        capturing_ = false;
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        return graph;
+    }
+    ~StreamCapture() {
+        if (!capturing_) return;
+        cudaGraph_t graph = nullptr;
+        if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+        cudaGetLastError();  // a failed capture's error is not sticky: clear it
+    }
+    StreamCapture(const StreamCapture&) = delete;
+    StreamCapture& operator=(const StreamCapture&) = delete;
+
+  private:
+    cudaStream_t stream_;
+    bool capturing_ = true;
+};
+
+}  // namespace
+
+template <typename Act>
+void Gpt<Act>::release_generation() {
+    if (gen_.in_flight > 0) cudaStreamSynchronize(nullptr);  // their copies use the pinned memory
+    if (gen_.graph) cudaGraphExecDestroy(gen_.graph);
+    if (gen_.capture_stream) cudaStreamDestroy(gen_.capture_stream);
+    if (gen_.staged) cudaFreeHost(gen_.staged);
+    for (void* p : gen_.allocations) cudaFree(p);
+    device_bytes_ -= gen_.bytes;
+    gen_ = Generation{};
+}
+
+template <typename Act>
+void Gpt<Act>::reserve_kv_cache(int sequences) {
+    if (sequences <= gen_.sequences) return;
+    release_generation();
+    gen_.sequences = sequences;
+    const std::size_t before = device_bytes_;
+    const int L = config_.layers, C = config_.channels, NH = config_.heads;
+    const std::size_t S = sequences, Vp = config_.padded_vocab_size;
+    std::vector<void*>* owner = &gen_.allocations;
+    gen_.layer = kv::layer_elements(sequences, NH, config_.max_seq_len, C / NH);
+    gen_.keys = allocate<Act>(L * gen_.layer, "the KV cache (keys)", owner);
+    gen_.values = allocate<Act>(L * gen_.layer, "the KV cache (values)", owner);
+    gen_.residual = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.residual2 = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.ln = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.qkv = allocate<Act>(S * 3 * C, "decoding activations", owner);
+    gen_.atty = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.projection = allocate<Act>(S * C, "decoding activations", owner);
+    gen_.fch = allocate<Act>(S * 4 * C, "decoding activations", owner);
+    gen_.fch_gelu = allocate<Act>(S * 4 * C, "decoding activations", owner);
+    gen_.logits = allocate<Act>(S * Vp, "decoding logits", owner);
+    gen_.mean = allocate<float>(S, "decoding activations", owner);
+    gen_.rstd = allocate<float>(S, "decoding activations", owner);
+    gen_.workspace =
+        allocate<float>(decode_workspace_floats(sequences, NH, C / NH), "decoding scratch", owner);
+    gen_.step = allocate<int>(3 * S, "decoding scratch", owner);
+    gen_.prefill_length = allocate<int>(1, "decoding scratch", owner);
+    gen_.bytes = device_bytes_ - before;
+    void* pinned = nullptr;
+    CUDA_CHECK(cudaMallocHost(&pinned, kStepsInFlight * 4 * S * sizeof(int)));
+    gen_.staged = static_cast<int*>(pinned);
+    gen_.drawn = gen_.staged + kStepsInFlight * 3 * S;
+}
+
+template <typename Act>
+void Gpt<Act>::prefill(int b, const int* tokens, int t) {
+    if (b < 0 || b >= gen_.sequences)
+        throw std::runtime_error("prefill: sequence " + std::to_string(b) + " of a KV cache for " +
+                                 std::to_string(gen_.sequences) + " (reserve_kv_cache first)");
+    if (t > max_T_)
+        throw std::runtime_error("prefill: " + std::to_string(t) +
+                                 " tokens are more than the model was built for (" +
+                                 std::to_string(max_T_) + ")");
+    if (t == 0) return;
+    upload_tokens(tokens, nullptr, t);
+    CUDA_CHECK(cudaMemcpy(gen_.prefill_length, &t, sizeof t, cudaMemcpyHostToDevice));
+    forward_layers(1, t);
+    const int C = config_.channels, NH = config_.heads, capacity = config_.max_seq_len;
+    const std::size_t btc = static_cast<std::size_t>(max_B_) * max_T_ * C;
+    const std::size_t sequence = kv::layer_elements(1, NH, capacity, C / NH);
+    for (int l = 0; l < config_.layers; ++l)
+        ops_.kv_cache_write(gen_.keys + l * gen_.layer + b * sequence,
+                            gen_.values + l * gen_.layer + b * sequence, act_.qkv + l * 3 * btc,
+                            gen_.prefill_length, 1, t, C, NH, capacity);
+}
+
+template <typename Act>
+void Gpt<Act>::decode(const int* tokens, int B, int position, const float* uniforms,
+                      const SamplingParams& params, bool graph) {
+    if (B < 1 || B > gen_.sequences)
+        throw std::runtime_error("decode: " + std::to_string(B) + " sequences for a KV cache of " +
+                                 std::to_string(gen_.sequences) + " (reserve_kv_cache first)");
+    const int capacity = config_.max_seq_len;
+    if (position < 0 || position >= capacity)
+        throw std::runtime_error("decode: position " + std::to_string(position) +
+                                 " is outside the context of " + std::to_string(capacity));
+    if (tokens)
+        check_tokens(tokens, B);
+    else if (B != gen_.batch)
+        throw std::logic_error("decode: no tokens given, and the last step drew none for " +
+                               std::to_string(B) + " sequences");
+    if (B != gen_.batch) {
+        wait_for_draws();
+        for (const std::vector<int>& drawn : gen_.drawn_so_far)
+            if (!drawn.empty())
+                throw std::logic_error("decode: the tokens drawn for " +
+                                       std::to_string(gen_.batch) +
+                                       " sequences are not taken (drawn_tokens) before a step of " +
+                                       std::to_string(B));
+        gen_.batch = B;
+        gen_.drawn_so_far.assign(B, {});
+    }
+    if (gen_.in_flight == kStepsInFlight) wait_for_draws();  // its pinned memory is reused
+
+    // The step's values, uploaded by one copy: its tokens where the host gives them (else the
+    // last step's draws stay where the sampler wrote them), its lengths and its uniforms.
+    const std::size_t S = gen_.sequences;
+    int* staged = gen_.staged + gen_.in_flight * 3 * S;
+    if (tokens) std::copy(tokens, tokens + B, staged);
+    std::fill(staged + B, staged + 2 * B, position + 1);
+    std::memcpy(staged + 2 * B, uniforms, B * sizeof(float));
+    const int first = tokens ? 0 : B;
+    CUDA_CHECK(cudaMemcpyAsync(gen_.step + first, staged + first, (3 * B - first) * sizeof(int),
+                               cudaMemcpyHostToDevice));
+
+    const char* refused = graph ? ops_.graph_refusal() : nullptr;
+    if (refused && !gen_.refusal_said) {
+        std::printf(
+            "generation: each decoding step launches its kernels one by one, not as a "
+            "CUDA graph: %s\n",
+            refused);
+        std::fflush(stdout);
+        gen_.refusal_said = true;
+    }
+    switch (gen_.plan.next(B, params, graph && !refused)) {
+        case DecodeGraphPlan::kEager:
+            enqueue_decode_step(B, params);
+            break;
+        case DecodeGraphPlan::kCapture:
+            capture_decode_step(B, params);
+            [[fallthrough]];
+        case DecodeGraphPlan::kReplay:
+            CUDA_CHECK(cudaGraphLaunch(gen_.graph, nullptr));  // on the default stream
+            ++gen_.use.steps;
+            break;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(gen_.drawn + gen_.in_flight * S, gen_.step, B * sizeof(int),
+                               cudaMemcpyDeviceToHost));
+    ++gen_.in_flight;
+}
+
+// B sequences of one token each: the token's embedding at its position, the layers with the
+// token's key and value written into the cache and its attention over it, the logits of the next
+// token, and its draw. Every value that changes from token to token is read on the GPU from
+// gen_.step: launched as they are here, the kernels serve every step from a graph.
+template <typename Act>
+void Gpt<Act>::enqueue_decode_step(int B, const SamplingParams& params) {
+    const int L = config_.layers, C = config_.channels, NH = config_.heads;
+    const int capacity = config_.max_seq_len;
+    const long long n = static_cast<long long>(B) * C;
+    int* tokens = gen_.step;
+    const int* lengths = gen_.step + B;
+    const float* uniforms = reinterpret_cast<const float*>(gen_.step + 2 * B);
+    ops_.decode_embedding(gen_.residual, tokens, param_[kTokenEmbedding],
+                          param_[kPositionEmbedding], lengths, B, C);
+    for (int l = 0; l < L; ++l) {
+        Act* keys = gen_.keys + l * gen_.layer;
+        Act* values = gen_.values + l * gen_.layer;
+        ops_.layernorm_forward(gen_.ln, gen_.mean, gen_.rstd, gen_.residual,
+                               param_[kLn1Weight] + l * C, param_[kLn1Bias] + l * C, B, C);
+        ops_.linear_forward(gen_.qkv, nullptr, gen_.ln, param_[kQkvWeight] + l * 3 * C * C,
+                            param_[kQkvBias] + l * 3 * C, B, C, 3 * C);
+        ops_.kv_cache_write(keys, values, gen_.qkv, lengths, B, 1, C, NH, capacity);
+        ops_.decode_attention(gen_.atty, gen_.workspace, gen_.qkv, keys, values, lengths, B, C, NH,
+                              capacity);
+        ops_.linear_forward(gen_.projection, nullptr, gen_.atty,
+                            param_[kAttnProjWeight] + l * C * C, param_[kAttnProjBias] + l * C, B,
+                            C, C);
+        ops_.residual_forward(gen_.residual2, gen_.residual, gen_.projection, n);
+        ops_.layernorm_forward(gen_.ln, gen_.mean, gen_.rstd, gen_.residual2,
+                               param_[kLn2Weight] + l * C, param_[kLn2Bias] + l * C, B, C);
+        ops_.linear_forward(gen_.fch_gelu, gen_.fch, gen_.ln, param_[kFcWeight] + l * 4 * C * C,
+                            param_[kFcBias] + l * 4 * C, B, C, 4 * C);
+        ops_.linear_forward(gen_.projection, nullptr, gen_.fch_gelu,
+                            param_[kFcProjWeight] + l * 4 * C * C, param_[kFcProjBias] + l * C, B,
+                            4 * C, C);
+        ops_.residual_forward(gen_.residual, gen_.residual2, gen_.projection, n);
+    }
+    ops_.layernorm_forward(gen_.ln, gen_.mean, gen_.rstd, gen_.residual, param_[kLnfWeight],
+                           param_[kLnfBias], B, C);
+    ops_.linear_forward(gen_.logits, nullptr, gen_.ln, param_[kTokenEmbedding], nullptr, B, C,
+                        config_.padded_vocab_size);
+    ops_.sample(tokens, gen_.logits, uniforms, B, config_.vocab_size, config_.padded_vocab_size,
+                params.temperature, params.top_k, params.top_p);
+}
+
+// The step's ops enqueued on a stream of their own (op_stream: the default stream cannot be
+// captured), captured into gen_.graph, which runs on the default stream, after the step's upload.
+template <typename Act>
+void Gpt<Act>::capture_decode_step(int B, const SamplingParams& params) {
+    if (!gen_.capture_stream) CUDA_CHECK(cudaStreamCreate(&gen_.capture_stream));
+    if (gen_.graph) CUDA_CHECK(cudaGraphExecDestroy(gen_.graph));
+    gen_.graph = nullptr;
+    try {
+        StreamCapture capture(gen_.capture_stream);
+        {
+            const OpStreamScope on(gen_.capture_stream);
+            enqueue_decode_step(B, params);
+        }
+        const cudaGraph_t graph = capture.end();
+        const cudaError_t made = cudaGraphInstantiate(&gen_.graph, graph, 0);
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        course::cuda_check(made, "cudaGraphInstantiate of a decoding step", __FILE__, __LINE__);
+    } catch (const std::exception& e) {
+        gen_.plan.forget();
+        throw std::runtime_error(std::string("capturing a decoding step into a CUDA graph: ") +
+                                 e.what() + " (--no-cuda-graph launches its kernels one by one)");
+    }
+    ++gen_.use.captures;
+}
+
+template <typename Act>
+void Gpt<Act>::wait_for_draws() {
+    if (gen_.in_flight == 0) return;
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    const std::size_t S = gen_.sequences;
+    for (int s = 0; s < gen_.in_flight; ++s)
+        for (int b = 0; b < gen_.batch; ++b) gen_.drawn_so_far[b].push_back(gen_.drawn[s * S + b]);
+    gen_.in_flight = 0;
+}
+
+template <typename Act>
+std::vector<std::vector<int>> Gpt<Act>::drawn_tokens() {
+    wait_for_draws();
+    std::vector<std::vector<int>> drawn = std::move(gen_.drawn_so_far);
+    gen_.drawn_so_far.assign(gen_.batch, {});
+    return drawn;
+}
+
+template <typename Act>
+std::vector<float> Gpt<Act>::decode_logits(int B) const {
+    return rows_of_logits(gen_.logits, config_.padded_vocab_size, B, config_.vocab_size);
 }
 
 template <typename Act>

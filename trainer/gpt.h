@@ -1,6 +1,7 @@
 // The GPT-2 model of the course's trainer: its configuration, its parameters (one flat array of
 // 16 tensors, in the order of ParamTensor) and the Gpt class that runs its forward and backward
-// passes and its optimizer step on the GPU through a table of ops (ops.h).
+// passes, its optimizer step, and generation with a KV cache on the GPU through a table of ops
+// (ops.h).
 #pragma once
 
 #include <array>
@@ -10,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "decode_graph.h"
 #include "ops.h"
+#include "sampling.h"
 
 namespace trainer {
 
@@ -149,8 +152,45 @@ class Gpt {
     std::size_t optimizer_bytes() const { return 2 * slice_ * sizeof(float); }
     // The logits [B, T, Vp] of the last forward (before a backward overwrites them), as floats.
     std::vector<float> logits(int B, int T) const;
-    // Logits of position t - 1 of one sequence of t tokens (generation): V floats.
-    std::vector<float> next_token_logits(const int* tokens, int t);
+    // Logits of the last position of B sequences of t tokens each (tokens [B][t]): [B][V] floats
+    // (generation without a KV cache: a whole forward pass for each new token).
+    std::vector<float> next_token_logits(const int* tokens, int B, int t);
+
+    // ---- Generation with a KV cache (kv_cache.h; trainer/README.md, "Generation") ----
+    // Room for `sequences` sequences of up to max_seq_len tokens: every layer's keys and values in
+    // the activations' type, and the buffers of a decoding step. Allocated by the first call, and
+    // again (the caches' contents lost) by a call for more sequences.
+    void reserve_kv_cache(int sequences);
+    // Bytes of the KV cache and the decoding step's buffers (0 before reserve_kv_cache).
+    std::size_t kv_cache_bytes() const { return gen_.bytes; }
+    // Sequence b's cache filled from tokens[0 .. t): their keys and values at positions 0 .. t - 1,
+    // from a forward pass over them (t up to the T the model was built for; 0 leaves it empty).
+    void prefill(int b, const int* tokens, int t);
+    // Enqueues one decoding step of B sequences and returns without waiting for the GPU: sequence
+    // b's token at `position` (its cache holding positions 0 .. position - 1) is tokens[b] where
+    // tokens is not null, else the token the last step, of the same B, drew for it. Its key and
+    // value are written at `position` in every layer, its attention reads positions 0 ..
+    // position, the logits of the next token are computed for that position only (decode_logits),
+    // and the next token is drawn from them on the GPU with uniforms[b] by the table's sample op,
+    // the rule of sampling.h (drawn_tokens). With `graph`, the step runs as a CUDA graph where the
+    // table allows it (decode_graph.h: captured at the second step of a batch and sampling,
+    // replayed by the later ones); without, or where the table does not (a line says why, once),
+    // its kernels are launched one by one. The two ways run the same kernels on the same values:
+    // the same logits and tokens, bit for bit.
+    void decode(const int* tokens, int B, int position, const float* uniforms,
+                const SamplingParams& params, bool graph);
+    // The tokens drawn by the decoding steps since the last call, [B][steps], once the GPU has
+    // drawn them.
+    std::vector<std::vector<int>> drawn_tokens();
+    // The last decoding step's logits, [B][V] floats.
+    std::vector<float> decode_logits(int B) const;
+    // How the decoding steps ran: graphs captured, and steps run by a graph (the others launched
+    // their kernels one by one).
+    struct DecodeGraphUse {
+        int captures = 0;
+        long steps = 0;
+    };
+    DecodeGraphUse decode_graph_use() const { return gen_.use; }
 
     // Clips the gradients to max_norm (0: no clipping) and takes an AdamW step (step counts the
     // steps taken, from 1). Returns the gradient norm before clipping. loss_scale: the factor the
@@ -164,15 +204,27 @@ class Gpt {
 
   private:
     void forward(const int* inputs, const int* targets, int B, int T, float dloss_scale);
+    // The embedding and every layer, over the B x T tokens upload_tokens put on the GPU.
+    void forward_layers(int B, int T);
+    void check_tokens(const int* tokens, int n) const;
     void backward(int B, int T, const GradientsFinished& finished);
     // The whole of a sharded float array: `full` (padded size) gets every process's slice, this
     // process's from `own`.
     void gather_shards(float* full, const float* own);
     void upload_tokens(const int* inputs, const int* targets, int n);
+    // A decoding step of B sequences: its ops enqueued, eagerly, or in a capture.
+    void enqueue_decode_step(int B, const SamplingParams& params);
+    void capture_decode_step(int B, const SamplingParams& params);
+    // Waits for the decoding steps enqueued and moves the tokens they drew to gen_.drawn_so_far.
+    void wait_for_draws();
+    // The KV cache, the decoding step's buffers, its graph and its pinned memory, freed.
+    void release_generation();
     std::vector<float> download(const float* device) const;
     float mean_loss(int rows);
+    // `count` elements of GPU memory, owned by `owner` (freed with the model). Out of memory, the
+    // error names `what` and what to lower.
     template <typename P>
-    P* allocate(std::size_t count, const char* what);
+    P* allocate(std::size_t count, const char* what, std::vector<void*>* owner = nullptr);
 
     GptConfig config_;
     const Ops<Act>& ops_;
@@ -230,6 +282,48 @@ class Gpt {
     float* norm_ = nullptr;           // one float: the squared gradient norm
     std::size_t score_elements_ = 0;  // of att per layer: B * NH * T * T, or 0 (flash way)
     std::vector<float> host_losses_;
+
+    // Generation: the KV cache and a decoding step's activations, [sequences, ...] where not said.
+    struct Generation {
+        int sequences = 0;
+        std::size_t layer = 0;      // elements of one layer's keys (or values): kv::layer_elements
+        Act* keys = nullptr;        // [L][sequences][NH][max_seq_len][HS]
+        Act* values = nullptr;      // the same
+        Act* residual = nullptr;    // [C]: the residual stream into a layer, and out of it
+        Act* residual2 = nullptr;   // [C]: after the layer's attention block
+        Act* ln = nullptr;          // [C]: a LayerNorm's output
+        Act* qkv = nullptr;         // [3C]
+        Act* atty = nullptr;        // [C]
+        Act* projection = nullptr;  // [C]
+        Act* fch = nullptr;         // [4C]: the MLP's first product, before GELU
+        Act* fch_gelu = nullptr;    // [4C]
+        Act* logits = nullptr;      // [Vp]: the next token's
+        float* mean = nullptr;      // LayerNorm's statistics (not kept)
+        float* rstd = nullptr;
+        float* workspace = nullptr;  // decode attention's: decode_workspace_floats
+        // A step's values, read by its ops on the GPU (ops.h), 32-bit words: for a step of B
+        // sequences its tokens [B] (the host's, or the last step's draws, which the sampler writes
+        // there), its lengths [B] (position + 1) and its uniforms [B] (floats); [3 x sequences].
+        int* step = nullptr;
+        int* prefill_length = nullptr;  // a prefill's t, for kv_cache_write
+        std::vector<void*> allocations;
+        std::size_t bytes = 0;
+        // Pinned host memory for the steps enqueued and not waited for (kStepsInFlight, gpt.cu):
+        // each one's values ([3 x sequences] words, uploaded by one asynchronous copy) and the
+        // tokens it drew ([sequences], downloaded by another), so that the host enqueues step after
+        // step without waiting for the GPU.
+        int* staged = nullptr;
+        int* drawn = nullptr;
+        int in_flight = 0;                           // steps enqueued since the last wait
+        int batch = 0;                               // B of the last step (0: none yet)
+        std::vector<std::vector<int>> drawn_so_far;  // [batch][steps] waited for, not yet taken
+        // The decoding step's CUDA graph (decode_graph.h), captured on a stream of its own.
+        DecodeGraphPlan plan;
+        cudaStream_t capture_stream = nullptr;
+        cudaGraphExec_t graph = nullptr;
+        bool refusal_said = false;  // the line on why a step runs without a graph, printed
+        DecodeGraphUse use;
+    } gen_;
 };
 
 }  // namespace trainer

@@ -15,7 +15,9 @@
 // Build: part of every <module>.<exercise>.<variant>_kernel target (trainer/CMakeLists.txt).
 #include <cuda_bf16.h>  // before the hidden section: the toolkit's declarations keep their visibility
 
+#include <cstddef>  // and the standard library's (module 10's headers, exercise_functions.h)
 #include <cstring>
+#include <type_traits>
 
 #pragma GCC visibility push(hidden)
 #include "exercise_functions.h"

@@ -9,20 +9,24 @@
 //
 // Shapes use the names of the model: B sequences of T tokens, C channels, NH heads, OC output
 // channels of a linear layer, V the vocabulary and Vp the vocabulary padded for the GEMMs.
-// Every pointer is a device pointer; every function enqueues its work on the default stream.
+// Every pointer is a device pointer; every function enqueues its work in order on one stream: the
+// default stream, or, while generation captures a decoding step into a CUDA graph, the capture's
+// (op_stream below; a table says in graph_refusal where its ops cannot follow it).
 //
-// The tables (ops_reference.cu): "reference", the course's fastest implementation, and "profile",
-// the same ops each timed alone with CUDA events (a table of GPU time per op at exit). Module 08's
-// exercise tables (ops_learner.cu): "learner", whose entries call the learner's exercise kernels
-// through their contracts, taking the reference entry for every op the learner has not plugged in,
-// "solutions", the same with the course's readable solutions, and "fast", with the course's fast
-// references (the readable solution where an exercise has none); `train_gpt --kernels NAME`
-// selects a table (ops_table below).
+// The tables (ops_reference.cu): "reference", the course's fastest implementation (generation's ops
+// in ops_generation.cu), and "profile", the same ops each timed alone with CUDA events (a table of
+// GPU time per op at exit). Module 08's exercise tables (ops_learner.cu): "learner", whose entries
+// call the learner's exercise kernels through their contracts, taking the reference entry for every
+// op the learner has not plugged in, "solutions", the same with the course's readable solutions,
+// and "fast", with the course's fast references (the readable solution where an exercise has none);
+// `train_gpt --kernels NAME` selects a table (ops_table below).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -47,6 +51,41 @@ struct TokenBuckets {
     const int* start;      // [count + 1]: bucket k holds positions[start[k] .. start[k + 1])
     const int* positions;  // [B * T]: flat positions b * T + t, in increasing order per bucket
 };
+
+// The stream the reference's kernels and products are enqueued on (ops_reference.cu,
+// ops_generation.cu): the default stream, except while generation captures a decoding step into a
+// CUDA graph (gpt.cu), which it does on a stream of its own because the default stream cannot be
+// captured. What the reference runs through a contract without a stream (module 06's LayerNorm in
+// fp32, module 07's attention, cuDNN's) stays on the default stream. Per thread, as the capture.
+namespace detail {
+inline thread_local cudaStream_t op_stream = nullptr;
+}
+inline cudaStream_t op_stream() { return detail::op_stream; }
+
+// While it lives, op_stream() is `stream` on this thread.
+class OpStreamScope {
+  public:
+    explicit OpStreamScope(cudaStream_t stream) : previous_(detail::op_stream) {
+        detail::op_stream = stream;
+    }
+    ~OpStreamScope() { detail::op_stream = previous_; }
+    OpStreamScope(const OpStreamScope&) = delete;
+    OpStreamScope& operator=(const OpStreamScope&) = delete;
+
+  private:
+    cudaStream_t previous_;
+};
+
+// The softmax scale of attention with heads of HS elements: 1 / sqrt(HS).
+inline float attention_scale(int HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
+
+// Decode attention (generation with a KV cache) cuts a sequence's cache into at most this many
+// splits, and its scratch holds a partial state per (sequence, head) and split: a partial output
+// (HS floats), its maximum and its sum. Module 10's decode_attention contract's workspace.
+constexpr int kDecodeMaxSplits = 128;
+constexpr std::size_t decode_workspace_floats(int B, int NH, int HS) {
+    return static_cast<std::size_t>(B) * NH * kDecodeMaxSplits * (HS + 2);
+}
 
 // The attention ops' scratch, in bytes per B * T * C element: 5 Act tensors (q, k, v, out and
 // dout per head) followed by 3 float ones (the flash backward's dq, dk, dv), which also holds the
@@ -121,6 +160,42 @@ struct Ops {
     void (*adamw)(float* master, Act* working, const float* grads, float* m, float* v, long long n,
                   float lr, float beta1, float beta2, float beta1_correction,
                   float beta2_correction, float eps, float weight_decay, float grad_scale);
+
+    // ---- Generation with a KV cache (gpt.h: Gpt::prefill, Gpt::decode; kv_cache.h) ----
+    // Where a decoding step's values change from token to token (its position, its token), the
+    // ops read them from the GPU's memory, so that a CUDA graph of the step serves every token.
+
+    // One new token per sequence: out[b,:] = wte[tokens[b],:] + wpe[lengths[b] - 1,:], the
+    // token at the last position of its sequence (tokens and lengths on the device).
+    void (*decode_embedding)(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                             const int* lengths, int B, int C);
+    // The keys and values of qkv [B, T, 3C] written into one layer's caches k_cache and v_cache
+    // [B, NH, capacity, HS] at positions lengths[b] - T .. lengths[b] - 1 of sequence b: its last T
+    // positions once written (lengths on the device; a position outside the cache is not written:
+    // the callers check theirs on the host).
+    void (*kv_cache_write)(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B,
+                           int T, int C, int NH, int capacity);
+    // One new token per sequence: out [B, C], each head's attention of the token's query (the q
+    // part of qkv [B, 3C]) over the first lengths[b] positions of its sequence's caches, the
+    // token's own key and value among them (written before); the positions past lengths[b] are
+    // never read. lengths is on the device; workspace: decode_workspace_floats(B, NH, C / NH)
+    // floats of scratch.
+    void (*decode_attention)(Act* out, float* workspace, const Act* qkv, const Act* k_cache,
+                             const Act* v_cache, const int* lengths, int B, int C, int NH,
+                             int capacity);
+    // A token per row of logits [rows, Vp] (their first V columns) with temperature, top-k (0:
+    // off) and top-p (1: off), drawn by uniforms[row] in [0, 1): the rule of sampling.h.
+    // tokens [rows]; uniforms and tokens on the device.
+    void (*sample)(int* tokens, const Act* logits, const float* uniforms, int rows, int V, int Vp,
+                   float temperature, int top_k, float top_p);
+
+    // Why a decoding step through this table cannot be captured into a CUDA graph (a phrase, for
+    // the line generation prints before it launches the step's kernels one by one instead), or
+    // nullptr where it can: every op a step calls (decode_embedding, layernorm_forward,
+    // linear_forward, kv_cache_write, decode_attention, residual_forward, sample) then enqueues its
+    // work on op_stream() alone, and allocates, synchronizes or copies to the host nothing once it
+    // has run on the step's shapes.
+    const char* (*graph_refusal)();
 };
 
 // Whether the reference's bf16 attention may be cuDNN's fused attention (the default, where the

@@ -56,7 +56,8 @@ const char* trainer_op_name(TrainerOp op) {
     static const char* const names[] = {
         "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
         "linear_forward",    "linear_backward",    "attention_forward", "attention_backward",
-        "residual_forward",  "cross_entropy",      "sum_of_squares",    "adamw"};
+        "residual_forward",  "cross_entropy",      "sum_of_squares",    "adamw",
+        "decode_embedding",  "kv_cache_write",     "decode_attention",  "sample"};
     return names[static_cast<int>(op)];
 }
 
@@ -522,6 +523,54 @@ void adamw(float* master, Act* working, const float* grads, float* m, float* v, 
                    });
 }
 
+// Generation's ops. A new token's embedding and the cache's writes are the reference's in every
+// table; sampled tokens are not compared (two correct samplers may draw neighbouring tokens where a
+// uniform lies within their rounding of a boundary: module 10's checker tests the sampler by its
+// distribution), so sample runs the tested table's unchecked (exercises_in names no exercise for
+// it).
+template <typename Act>
+void decode_embedding(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                      const int* lengths, int B, int C) {
+    check<Act>.run(
+        TrainerOp::kDecodeEmbedding, sizes({{"B", B}, {"C", C}}), {},
+        [&](const Ops<Act>& t) { t.decode_embedding(out, tokens, wte, wpe, lengths, B, C); });
+}
+
+template <typename Act>
+void kv_cache_write(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B, int T,
+                    int C, int NH, int capacity) {
+    check<Act>.run(TrainerOp::kKvCacheWrite,
+                   sizes({{"B", B}, {"T", T}, {"C", C}, {"heads", NH}, {"capacity", capacity}}), {},
+                   [&](const Ops<Act>& t) {
+                       t.kv_cache_write(k_cache, v_cache, qkv, lengths, B, T, C, NH, capacity);
+                   });
+}
+
+template <typename Act>
+void decode_attention(Act* out, float* workspace, const Act* qkv, const Act* k_cache,
+                      const Act* v_cache, const int* lengths, int B, int C, int NH, int capacity) {
+    check<Act>.run(TrainerOp::kDecodeAttention,
+                   sizes({{"B", B}, {"C", C}, {"heads", NH}, {"capacity", capacity}}),
+                   {output("out", out, 1LL * B * C, C)}, [&](const Ops<Act>& t) {
+                       t.decode_attention(out, workspace, qkv, k_cache, v_cache, lengths, B, C, NH,
+                                          capacity);
+                   });
+}
+
+template <typename Act>
+void sample(int* tokens, const Act* logits, const float* uniforms, int rows, int V, int Vp,
+            float temperature, int top_k, float top_p) {
+    check<Act>.run(TrainerOp::kSample, sizes({{"rows", rows}, {"V", V}}), {},
+                   [&](const Ops<Act>& t) {
+                       t.sample(tokens, logits, uniforms, rows, V, Vp, temperature, top_k, top_p);
+                   });
+}
+
+// The check runs on the host between the ops (and counts the training's steps by them).
+const char* checked_graph_refusal() {
+    return "--check-ops compares ops with the reference's on the host";
+}
+
 template <typename Act>
 Ops<Act> kChecked = {
     "",
@@ -538,6 +587,11 @@ Ops<Act> kChecked = {
     cross_entropy<Act>,
     sum_of_squares<Act>,
     adamw<Act>,
+    decode_embedding<Act>,
+    kv_cache_write<Act>,
+    decode_attention<Act>,
+    sample<Act>,
+    checked_graph_refusal,
 };
 
 }  // namespace

@@ -23,6 +23,10 @@ enum class TrainerOp {
     kCrossEntropy,
     kSumOfSquares,
     kAdamW,
+    kDecodeEmbedding,
+    kKvCacheWrite,
+    kDecodeAttention,
+    kSample,
     kCount
 };
 const char* trainer_op_name(TrainerOp op);

@@ -10,7 +10,8 @@
 // has not plugged in is the reference's (ops_reference.cu), and so is everything around a plugged
 // kernel that is not its exercise's (the bias add of a product, the GELU where gelu is not
 // plugged). A stub that still calls COURSE_TODO falls back to the reference at its first call,
-// and says so.
+// and says so. Generation's ops take module 10's decode_attention, topk and sample the same way,
+// where the course has the module (exercise_functions.h).
 //
 // What the conversions cost is the bf16 run's price for fp32 contracts, and the fast references
 // avoid it: where the library of an op's exercise also defines the optional entry point with the
@@ -59,6 +60,13 @@
 #endif
 #define TRAINER_KERNELS_DIR TRAINER_BUILD_DIR "/trainer_kernels"
 
+#if TRAINER_HAS_MODULE10  // module 10's decode_attention gets the trainer's workspace as it is
+static_assert(::kDecodeMaxSplits == trainer::kDecodeMaxSplits &&
+                  decode_attention_workspace_floats(3, 5, 64) ==
+                      trainer::decode_workspace_floats(3, 5, 64),
+              "module 10's decode_attention workspace is not the trainer's (ops.h)");
+#endif
+
 namespace trainer {
 namespace {
 
@@ -76,12 +84,15 @@ enum ExerciseOp {
     kResidual,           // the residual add
     kEmbedding,          // token and position embedding, forward and backward
     kAdamW,              // the optimizer step
+    kDecodeAttention,    // generation: one new token's attention over the KV cache (module 10)
+    kTopK,               // generation: each row's top_k-th largest logit, before the draw
+    kSample,             // generation: the draw of the next token
     kExerciseOps
 };
 const char* const kExerciseOpNames[kExerciseOps] = {
     "gemm",      "linear_backward",    "gelu",          "layernorm", "layernorm_backward",
     "attention", "attention_backward", "cross_entropy", "residual",  "embedding",
-    "adamw"};
+    "adamw",     "decode_attention",   "topk",          "sample"};
 
 // One op's exercise, where the choices name one.
 struct Plugged {
@@ -281,6 +292,23 @@ std::string boundary(ExerciseOp op, const Plugged& p) {
             if (has("vector_add"))
                 return without("vector_add_bf16") + converted + "as its contract says";
             break;
+        case kDecodeAttention:
+            if (has("decode_attention") && bf16_run)
+                return "the new tokens' q cut out of qkv [B, 3C] into [B][H][D]; the KV cache as "
+                       "the trainer keeps it, [B][H][capacity][D] (kv_heads = heads); heads of 64 "
+                       "or 128";
+            break;
+        case kTopK:
+            if (has("topk"))
+                return "the logits copied to float rows of V columns; each row masked to -inf "
+                       "below its top_k-th largest logit (topk's k-th value), then the draw with "
+                       "top_k 0: the same rule as the sample's own top-k";
+            break;
+        case kSample:
+            if (has("sample"))
+                return "the logits copied to float rows of V columns (masked by topk where it "
+                       "is plugged); the uniforms and the tokens as its contract says";
+            break;
         default:
             break;
     }
@@ -348,6 +376,9 @@ enum Scratch {
     kGradientA,
     kGradientB,
     kColumnSums,
+    kLogits,
+    kTopValues,
+    kTopIndices,
     kScratches
 };
 
@@ -539,8 +570,6 @@ const Ops<Act>& reference() {
     static const Ops<Act>* table = ops_table<Act>("reference");
     return *table;
 }
-
-float attention_scale(int HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
 
 std::string shape(const char* what, long long a, long long b) {
     return std::string(what) + " " + std::to_string(a) + " x " + std::to_string(b);
@@ -899,8 +928,8 @@ void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout
 bool heads_taken(ExerciseTable& table, ExerciseOp op, int HS) {
     if (!table.ops[op].active()) return false;
     if (HS == 64 || HS == 128) return true;
-    note(table, std::string(kExerciseOpNames[op]) + ": module 07's contracts take heads of 64 or " +
-                    "128, this model's are " + std::to_string(HS) + ": the reference runs it");
+    note(table, std::string(kExerciseOpNames[op]) + ": its contract takes heads of 64 or 128, " +
+                    "this model's are " + std::to_string(HS) + ": the reference runs it");
     return false;
 }
 
@@ -1101,9 +1130,155 @@ void adamw(float* master, Act* working, const float* grads, float* m, float* v, 
                            beta2_correction, eps, weight_decay, grad_scale);
 }
 
+// ---- Module 10: generation's decode attention, top-k and sampling ----
+
+// A new token's embedding and the cache's writes are the reference's in every table.
+template <typename Act>
+void decode_embedding(Act* out, const int* tokens, const Act* wte, const Act* wpe,
+                      const int* lengths, int B, int C) {
+    reference<Act>().decode_embedding(out, tokens, wte, wpe, lengths, B, C);
+}
+template <typename Act>
+void kv_cache_write(Act* k_cache, Act* v_cache, const Act* qkv, const int* lengths, int B, int T,
+                    int C, int NH, int capacity) {
+    reference<Act>().kv_cache_write(k_cache, v_cache, qkv, lengths, B, T, C, NH, capacity);
+}
+
+// Whether the learner's decode_attention takes this step's shapes (its contract's limits); a note
+// where it does not.
+bool decode_shapes_taken(ExerciseTable& table, int B, int NH, int capacity, int HS) {
+    if (!heads_taken(table, kDecodeAttention, HS)) return false;
+    if (B <= 1024 && NH <= 128 && capacity <= 65536 &&
+        static_cast<long long>(B) * NH * capacity * HS < (1LL << 31))
+        return true;
+    note(table,
+         "decode_attention: its contract takes up to 1024 sequences, 128 heads, 65536 "
+         "positions and 2^31 cache elements, and this step is " +
+             std::to_string(B) + " x " + std::to_string(NH) + " x " + std::to_string(capacity) +
+             ": the reference runs it");
+    return false;
+}
+
+// The learner's decode_attention (bf16): the new tokens' q cut out of qkv, the caches and the
+// workspace as they are (the trainer's layout and workspace are the contract's, with kv_heads =
+// heads); its lse is not used.
+template <int kTable, typename Act>
+void decode_attention(Act* out, float* workspace, const Act* qkv, const Act* k_cache,
+                      const Act* v_cache, const int* lengths, int B, int C, int NH, int capacity) {
+    ExerciseTable& table = tables[kTable];
+    if constexpr (std::is_same_v<Act, bf16>) {
+        const int HS = C / NH;
+        if (decode_shapes_taken(table, B, NH, capacity, HS) && ran(table, kDecodeAttention, [&] {
+                const long long bc = static_cast<long long>(B) * C;
+                bf16* q = scratch<bf16>(kHeads, 3 * bc);  // q, k, v per head; the contract reads q
+                to_heads(q, qkv, 3, B, 1, NH, HS);
+                table.ops[kDecodeAttention].function<exercise::DecodeAttention>("decode_attention")(
+                    q, k_cache, v_cache, lengths, out,
+                    scratch<float>(kHeadLse, static_cast<long long>(B) * NH), workspace, B, NH, NH,
+                    capacity, HS, attention_scale(HS));
+            }))
+            return;
+    }
+    reference<Act>().decode_attention(out, workspace, qkv, k_cache, v_cache, lengths, B, C, NH,
+                                      capacity);
+}
+
+// x (rows x V, float) = the first V columns of logits (rows x Vp): a row of the sampling contracts.
+template <typename Act>
+__global__ void sampled_rows_kernel(float* x, const Act* logits, int V, int Vp, long long n) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x)
+        x[i] = static_cast<float>(logits[i / V * Vp + i % V]);
+}
+
+// x[r][i] = -inf where it is below row r's threshold, values[r][k - 1] (topk's k-th largest).
+__global__ void mask_below_kernel(float* x, const float* values, int V, int k, long long n) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x)
+        if (x[i] < values[i / V * k + k - 1]) x[i] = -INFINITY;
+}
+
+// Whether the learner's topk narrows this draw (a top-k to apply, within its contract's limits),
+// and whether its sample takes the rows; a note where a plugged kernel does not.
+bool topk_taken(ExerciseTable& table, int rows, int V, int top_k) {
+    if (!table.ops[kTopK].active() || top_k <= 0 || top_k >= V) return false;
+    if (top_k <= 2048 && V <= (1 << 18) && rows <= 1024 &&
+        static_cast<long long>(rows) * V <= (1LL << 24))
+        return true;
+    note(table,
+         "topk: its contract takes k up to 2048, rows of up to 2^18 and 2^24 logits in all, "
+         "and this draw is top_k " +
+             std::to_string(top_k) + " of " + std::to_string(rows) + " x " + std::to_string(V) +
+             ": the draw's own top-k runs");
+    return false;
+}
+bool sample_taken(ExerciseTable& table, int rows, int V) {
+    if (!table.ops[kSample].active()) return false;
+    if (rows <= (1 << 20) && V <= (1 << 18)) return true;
+    note(table, "sample: its contract takes up to 2^20 rows of 2^18 logits, and this draw is " +
+                    std::to_string(rows) + " x " + std::to_string(V) + ": the reference runs it");
+    return false;
+}
+
+// The draw with the learner's topk and sample (fp32 contracts, on float rows of V logits). topk
+// gives each row's top_k-th largest logit; the row masked to -inf below it and drawn with top_k 0
+// is the sample contract's top-k itself (the ties at the threshold kept), so the rule does not
+// change with what is plugged: without topk, the sample's own top-k; without sample, the
+// reference's draw on the masked rows.
+template <int kTable, typename Act>
+void sample(int* tokens, const Act* logits, const float* uniforms, int rows, int V, int Vp,
+            float temperature, int top_k, float top_p) {
+    ExerciseTable& table = tables[kTable];
+    const bool narrows = topk_taken(table, rows, V, top_k);
+    const bool draws = sample_taken(table, rows, V);
+    if (!narrows && !draws) {
+        reference<Act>().sample(tokens, logits, uniforms, rows, V, Vp, temperature, top_k, top_p);
+        return;
+    }
+    const long long n = static_cast<long long>(rows) * V;
+    float* x = scratch<float>(kLogits, n);
+    sampled_rows_kernel<<<blocks_for(n), kBlock>>>(x, logits, V, Vp, n);
+    CUDA_CHECK_LAUNCH();
+    int k = top_k;
+    if (narrows && ran(table, kTopK, [&] {
+            float* values = scratch<float>(kTopValues, static_cast<long long>(rows) * top_k);
+            table.ops[kTopK].function<exercise::TopK>("topk")(
+                x, values, scratch<int>(kTopIndices, static_cast<long long>(rows) * top_k), rows, V,
+                top_k);
+            mask_below_kernel<<<blocks_for(n), kBlock>>>(x, values, V, top_k, n);
+            CUDA_CHECK_LAUNCH();
+        }))
+        k = 0;
+    if (draws && ran(table, kSample, [&] {
+            table.ops[kSample].function<exercise::Sample>("sample")(x, uniforms, tokens, rows, V,
+                                                                    temperature, k, top_p);
+        }))
+        return;
+    reference<float>().sample(tokens, x, uniforms, rows, V, V, temperature, k, top_p);
+}
+
 template <typename Act>
 bool attention_keeps_scores(int head_size) {
     return reference<Act>().attention_keeps_scores(head_size);
+}
+
+// A decoding step is captured where it runs the reference's ops alone: an exercise's kernels
+// launch on the default stream (their contracts take none), and the boundary around them
+// allocates its scratch as it goes.
+template <int kTable, typename Act>
+const char* graph_refusal() {
+    if (const char* refused = reference<Act>().graph_refusal()) return refused;
+    const ExerciseTable& table = tables[kTable];
+    std::string plugged;
+    for (ExerciseOp op : {kGemm, kGelu, kLayerNorm, kResidual, kDecodeAttention, kTopK, kSample})
+        if (table.ops[op].active())
+            plugged += (plugged.empty() ? "" : ", ") + std::string(kExerciseOpNames[op]) + " (" +
+                       table.ops[op].exercise + ")";
+    if (plugged.empty()) return nullptr;
+    static std::string reason;
+    reason =
+        "the exercises' kernels of a decoding step, " + plugged + ", launch on the default stream";
+    return reason.c_str();
 }
 
 void sum_of_squares(float* out, const float* values, long long n) {
@@ -1126,6 +1301,11 @@ const Ops<Act> kExerciseTable = {
     cross_entropy<kTable, Act>,
     sum_of_squares,
     adamw<kTable, Act>,
+    decode_embedding<Act>,
+    kv_cache_write<Act>,
+    decode_attention<kTable, Act>,
+    sample<kTable, Act>,
+    graph_refusal<kTable, Act>,
 };
 
 // For the op check: the exercises an op of the trainer runs now ("gemm (yours:
@@ -1165,7 +1345,10 @@ std::string exercises_in(TrainerOp op) {
             return with({kCrossEntropy});
         case TrainerOp::kAdamW:
             return with({kAdamW});
-        default:
+        case TrainerOp::kDecodeAttention:
+            return with({kDecodeAttention});
+        default:  // the embedding of a new token and the cache's writes are the reference's;
+                  // sampled tokens are not compared
             return "";
     }
 }

@@ -16,7 +16,10 @@
 // either). In the all-fp32 mode, LayerNorm's forward and the causal softmax are module 06's fast
 // references, called through their contracts. fp16 (the T4's mixed precision) runs the bf16
 // mode's kernels on __half, with cuBLASLt's fp16 products; its loss scaling is the model's
-// (gpt.cu) and the loop's (train_gpt.cu).
+// (gpt.cu) and the loop's (train_gpt.cu). Generation's ops (a new token's embedding, the KV cache
+// written, decode attention, sampling) are in ops_generation.cu. Every kernel and product is
+// enqueued on op_stream() (ops.h), so that generation can capture a decoding step into a CUDA
+// graph.
 //
 // Run:  ninja -C build/trainer train_gpt && build/trainer/bin/train_gpt --help (trainer/README.md)
 // Interface: ops.h
@@ -42,58 +45,21 @@
 #include "course/launch.h"
 #include "flash_backward.h"  // module 07: attention backward, bf16 (flash_backward_fast.cu)
 #include "flash_tc.h"        // module 07: attention forward, bf16 (flash_tc_fast.cu)
+#include "kernel_common.h"
 #include "layernorm.h"       // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
+#include "ops_generation.h"  // decode_embedding, kv_cache_write, decode_attention, sample
 #include "ops_reference.h"
 #include "softmax_causal.h"  // module 06: causal softmax, fp32 (softmax_causal.cu)
 
 namespace trainer {
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarp = 32;
-constexpr int kElementwiseBlock = 256;
-
 // Arithmetic is float whatever the storage type (the conversions: course/activation.h).
 using course::from_float;
 using course::to_float;
 
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2)
-        x += __shfl_xor_sync(kFullMask, x, offset);
-    return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2)
-        x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
-    return x;
-}
-
-// Grid for an elementwise kernel over n items with a grid-stride loop: enough blocks to fill
-// the GPU, never more than the items need.
-unsigned elementwise_blocks(long long n) {
-    return static_cast<unsigned>(
-        std::min<long long>(course::ceil_div(n, kElementwiseBlock), 65536));
-}
-
-// ---- Elementwise ops: W values per access ----
-
-// W values of a row moved as one access (16 bytes where the row allows it). The alignment is what
-// lets the compiler make it one wide load or store: without it, W narrow ones.
-template <typename Act, int W>
-struct alignas(sizeof(Act) * W) Pack {
-    Act value[W];
-};
-
-// Values of Act per 16-byte access: the widest load a thread can issue.
-template <typename Act>
-constexpr int kWide = 16 / sizeof(Act);
-
-// Whether n values at each of these pointers can be moved kWide<Act> at a time.
-template <typename Act, typename... Pointers>
-bool moves_wide(long long n, const Pointers*... pointers) {
-    return n % kWide<Act> == 0 && (course::is_aligned(pointers, 16) && ...);
-}
+// ---- Elementwise ops: W values per access (Pack, kernel_common.h) ----
 
 // Functors of one or two values for elementwise() (below); Op::kInputs says how many it reads.
 struct Add {  // the residual add; a gradient added into another
@@ -143,11 +109,11 @@ template <typename Act, typename Op>
 void elementwise(Act* out, const Act* a, const Act* b, long long n) {
     if (moves_wide<Act>(n, out, a, Op::kInputs == 2 ? b : a))
         elementwise_kernel<Act, kWide<Act>, Op>
-            <<<elementwise_blocks(n / kWide<Act>), kElementwiseBlock>>>(out, a, b, n / kWide<Act>,
-                                                                        Op{});
+            <<<elementwise_blocks(n / kWide<Act>), kElementwiseBlock, 0, op_stream()>>>(
+                out, a, b, n / kWide<Act>, Op{});
     else
         elementwise_kernel<Act, 1, Op>
-            <<<elementwise_blocks(n), kElementwiseBlock>>>(out, a, b, n, Op{});
+            <<<elementwise_blocks(n), kElementwiseBlock, 0, op_stream()>>>(out, a, b, n, Op{});
     CUDA_CHECK_LAUNCH();
 }
 
@@ -337,13 +303,13 @@ bool gemm(Out* d, const In* a, const In* b, Fused fused, int m, int n, int k, bo
                                        &fused.aux, sizeof(fused.aux));
     cublas_check(
         cublasLtMatmul(state.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,
-                       plan.d, &plan.algo, state.workspace, state.workspace_bytes, 0),
+                       plan.d, &plan.algo, state.workspace, state.workspace_bytes, op_stream()),
         "cublasLtMatmul");
     return true;
 }
 
 // Scratch that grows to the largest request and is reused (the ops run one after another on
-// the default stream).
+// one stream: ops.h's op_stream).
 float* scratch_floats(long long n) {
     static float* buffer = nullptr;
     static long long size = 0;
@@ -442,8 +408,8 @@ template <typename Act>
 void embedding_forward(Act* out, const int* tokens, const Act* wte, const Act* wpe, int B, int T,
                        int C) {
     const long long n = static_cast<long long>(B) * T * C;
-    embedding_forward_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(out, tokens, wte, wpe, B,
-                                                                           T, C);
+    embedding_forward_kernel<<<elementwise_blocks(n), kElementwiseBlock, 0, op_stream()>>>(
+        out, tokens, wte, wpe, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -475,13 +441,13 @@ __global__ void position_embedding_backward_kernel(float* dwpe, const Act* dout,
 template <typename Act>
 void embedding_backward(float* dwte, float* dwpe, const Act* dout, const TokenBuckets& buckets,
                         int B, int T, int C) {
-    token_embedding_backward_kernel<<<buckets.count, 256>>>(dwte, dout, buckets.token,
-                                                            buckets.start, buckets.positions, C);
+    token_embedding_backward_kernel<<<buckets.count, 256, 0, op_stream()>>>(
+        dwte, dout, buckets.token, buckets.start, buckets.positions, C);
     CUDA_CHECK_LAUNCH();
     const long long n = static_cast<long long>(T) * C;
-    position_embedding_backward_kernel<<<
-        static_cast<unsigned>(course::ceil_div(n, kElementwiseBlock)), kElementwiseBlock>>>(
-        dwpe, dout, B, T, C);
+    position_embedding_backward_kernel<<<static_cast<unsigned>(
+                                             course::ceil_div(n, kElementwiseBlock)),
+                                         kElementwiseBlock, 0, op_stream()>>>(dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -525,8 +491,8 @@ void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const
         // Module 06's contract is exactly this op in fp32.
         ::layernorm(inp, weight, bias, out, mean, rstd, rows, C);
     } else {
-        layernorm_forward_kernel<<<course::ceil_div(rows, kNormWarps), kNormWarps * kWarp>>>(
-            out, mean, rstd, inp, weight, bias, rows, C);
+        layernorm_forward_kernel<<<course::ceil_div(rows, kNormWarps), kNormWarps * kWarp, 0,
+                                   op_stream()>>>(out, mean, rstd, inp, weight, bias, rows, C);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -636,7 +602,7 @@ void launch_layernorm_backward(Act* dinp, float* partials, const Act* dout, cons
         opted_in = true;
     }
     const std::size_t shared = static_cast<std::size_t>(kNormBackwardWarps) * 2 * C * sizeof(float);
-    layernorm_backward_kernel<Act, W><<<blocks, kNormBackwardWarps * kWarp, shared>>>(
+    layernorm_backward_kernel<Act, W><<<blocks, kNormBackwardWarps * kWarp, shared, op_stream()>>>(
         dinp, partials, dout, inp, weight, mean, rstd, rows, C);
     CUDA_CHECK_LAUNCH();
 }
@@ -653,15 +619,12 @@ void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout
     else
         launch_layernorm_backward<Act, 1>(dinp, partials, dout, inp, weight, mean, rstd, rows, C,
                                           blocks);
-    add_partials_kernel<<<course::ceil_div(2 * C, kWarp), dim3(kWarp, kPartialLanes)>>>(
-        dweight, dbias, partials, blocks, C);
+    add_partials_kernel<<<course::ceil_div(2 * C, kWarp), dim3(kWarp, kPartialLanes), 0,
+                          op_stream()>>>(dweight, dbias, partials, blocks, C);
     CUDA_CHECK_LAUNCH();
 }
 
 // ---- Attention, the T x T way: cuBLAS products per head and a causal softmax between them ----
-
-// The softmax scale of heads of HS elements: 1 / sqrt(HS).
-float attention_scale(int HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
 
 // `count` tensors side by side per position, packed [B, T, count, NH, HS] (qkv: count 3), and
 // the same as one [B, NH, T, HS] tensor after another (q, k, v): the layout attention's kernels
@@ -701,7 +664,8 @@ void rearrange_heads(To* to, const From* from, int count, int B, int T, int NH, 
     const auto launch = [&](auto width) {
         constexpr int W = decltype(width)::value;
         const dim3 grid(course::ceil_div(T * (HS / W), kRearrangeBlock), heads);
-        rearrange_heads_kernel<kSplit, W><<<grid, kRearrangeBlock>>>(to, from, count, B, T, NH, HS);
+        rearrange_heads_kernel<kSplit, W>
+            <<<grid, kRearrangeBlock, 0, op_stream()>>>(to, from, count, B, T, NH, HS);
     };
     if (HS % kWide<To> == 0 && course::is_aligned(to, 16) &&
         course::is_aligned(from, sizeof(From) * kWide<To>))
@@ -770,8 +734,8 @@ void causal_softmax(Act* att, const Act* preatt, long long rows, int T, float sc
         ::softmax_causal(preatt, att, static_cast<int>(rows / T), T, scale);  // exactly this op
     } else {
         const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
-        causal_softmax_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(att, preatt, rows, T,
-                                                                        scale);
+        causal_softmax_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp, 0, op_stream()>>>(
+            att, preatt, rows, T, scale);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -779,8 +743,8 @@ void causal_softmax(Act* att, const Act* preatt, long long rows, int T, float sc
 template <typename Act>
 void causal_softmax_backward(Act* datt, const Act* att, long long rows, int T, float scale) {
     const unsigned blocks = static_cast<unsigned>(course::ceil_div(rows, kSoftmaxRowsPerBlock));
-    causal_softmax_backward_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp>>>(datt, att, rows, T,
-                                                                             scale);
+    causal_softmax_backward_kernel<<<blocks, kSoftmaxRowsPerBlock * kWarp, 0, op_stream()>>>(
+        datt, att, rows, T, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -1064,10 +1028,10 @@ void cross_entropy(Act* logits, float* losses, const int* targets, float dloss, 
                    int Vp) {
     if (moves_wide<Act>(Vp, logits))  // (every row then starts on 16 bytes)
         cross_entropy_kernel<Act, kWide<Act>>
-            <<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+            <<<rows, kCrossEntropyBlock, 0, op_stream()>>>(logits, losses, targets, dloss, V, Vp);
     else
         cross_entropy_kernel<Act, 1>
-            <<<rows, kCrossEntropyBlock>>>(logits, losses, targets, dloss, V, Vp);
+            <<<rows, kCrossEntropyBlock, 0, op_stream()>>>(logits, losses, targets, dloss, V, Vp);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -1096,9 +1060,10 @@ __global__ void sum_partials_kernel(float* out, const float* partials, int count
 
 void sum_of_squares(float* out, const float* values, long long n) {
     float* partials = scratch_floats(kSquaresBlocks);
-    sum_of_squares_kernel<<<kSquaresBlocks, kElementwiseBlock>>>(partials, values, n);
+    sum_of_squares_kernel<<<kSquaresBlocks, kElementwiseBlock, 0, op_stream()>>>(partials, values,
+                                                                                 n);
     CUDA_CHECK_LAUNCH();
-    sum_partials_kernel<<<1, kSquaresBlocks>>>(out, partials, kSquaresBlocks);
+    sum_partials_kernel<<<1, kSquaresBlocks, 0, op_stream()>>>(out, partials, kSquaresBlocks);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -1126,10 +1091,19 @@ template <typename Act>
 void adamw(float* master, Act* working, const float* grads, float* m, float* v, long long n,
            float lr, float beta1, float beta2, float beta1_correction, float beta2_correction,
            float eps, float weight_decay, float grad_scale) {
-    adamw_kernel<<<elementwise_blocks(n), kElementwiseBlock>>>(
+    adamw_kernel<<<elementwise_blocks(n), kElementwiseBlock, 0, op_stream()>>>(
         master, working, grads, m, v, n, lr, beta1, beta2, beta1_correction, beta2_correction, eps,
         weight_decay, grad_scale);
     CUDA_CHECK_LAUNCH();
+}
+
+// A decoding step on the reference's ops is captured whole, but in fp32: its LayerNorm is module
+// 06's, through a contract without a stream.
+template <typename Act>
+const char* reference_graph_refusal() {
+    return std::is_same_v<Act, float> ? "in fp32 LayerNorm's forward is module 06's "
+                                        "layernorm_fast, which launches on the default stream"
+                                      : nullptr;
 }
 
 template <typename Act>
@@ -1148,6 +1122,11 @@ const Ops<Act> kReference = {
     cross_entropy<Act>,
     sum_of_squares,
     adamw<Act>,
+    decode_embedding_reference<Act>,
+    kv_cache_write_reference<Act>,
+    decode_attention_reference<Act>,
+    sample_reference<Act>,
+    reference_graph_refusal<Act>,
 };
 
 // ---- Any table's ops, each call timed alone with CUDA events (--kernels profile, --profile) ----
@@ -1156,10 +1135,11 @@ const Ops<Act> kReference = {
 // slower than without it, but each op's time is its own. The table is printed at exit, without
 // the first step (forget_op_times). For each kernel's time, dev/kernel_times.py.
 
-const char* const kOpNames[] = {"embedding_forward",  "embedding_backward", "layernorm_forward",
-                                "layernorm_backward", "linear_forward",     "linear_backward",
-                                "attention_forward",  "attention_backward", "residual_forward",
-                                "cross_entropy",      "sum_of_squares",     "adamw"};
+const char* const kOpNames[] = {
+    "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
+    "linear_forward",    "linear_backward",    "attention_forward", "attention_backward",
+    "residual_forward",  "cross_entropy",      "sum_of_squares",    "adamw",
+    "decode_embedding",  "kv_cache_write",     "decode_attention",  "sample"};
 constexpr int kOps = sizeof kOpNames / sizeof kOpNames[0];
 
 struct OpTimes {
@@ -1214,6 +1194,10 @@ bool timed_keeps_scores(int head_size) {  // a question, not an op: not timed
     return timed_table<Act>->attention_keeps_scores(head_size);
 }
 
+const char* timed_graph_refusal() {
+    return "the profile table synchronizes after every op to time it alone";
+}
+
 template <typename Act>
 Ops<Act> kProfile = {
     "profile (reference, each op timed)",
@@ -1230,6 +1214,11 @@ Ops<Act> kProfile = {
     Timed<9, Act, &Ops<Act>::cross_entropy>::call,
     Timed<10, Act, &Ops<Act>::sum_of_squares>::call,
     Timed<11, Act, &Ops<Act>::adamw>::call,
+    Timed<12, Act, &Ops<Act>::decode_embedding>::call,
+    Timed<13, Act, &Ops<Act>::kv_cache_write>::call,
+    Timed<14, Act, &Ops<Act>::decode_attention>::call,
+    Timed<15, Act, &Ops<Act>::sample>::call,
+    timed_graph_refusal,
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 // trainer/train_gpt: the course's GPT trainer. Trains a GPT-2-style model on token shards, with
-// validation, checkpoints, a loss curve and samples, and generates text from a checkpoint.
+// validation, checkpoints, a loss curve and samples, and generates text from a checkpoint (with a
+// KV cache, or without it: --generate-bench times both); --quantize measures a checkpoint's
+// validation loss with its linear layers' weights in module 09's INT8 and INT4 formats.
 //
 // Teaches: the loop around a model. Gradient accumulation over micro-batches, the learning-rate
 // schedule (linear warmup, then cosine decay), clipping by the global gradient norm, AdamW, fp16's
@@ -8,7 +10,7 @@
 // model's FLOPs per second as a share of what the GPU can do).
 //
 // Read it top to bottom: options, the learning rate, the loss curve of a resumed run, sampling,
-// then main(). Checkpoints: checkpoint.h.
+// then main(). Checkpoints: checkpoint.h; generation: generate.h; quantized weights: quantize.h.
 //
 // Run:  python3 trainer/prepare_data.py                      (once: data/shakespeare/)
 //       build/trainer/bin/train_gpt -m tiny --steps 200       (seconds)
@@ -28,7 +30,6 @@
 #include <functional>
 #include <iterator>
 #include <memory>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,8 +38,11 @@
 #include "course/check.h"
 #include "data.h"
 #include "data_parallel.h"
+#include "generate.h"
 #include "gpt.h"
 #include "loss_scaler.h"
+#include "quantize.h"
+#include "sampling.h"
 
 namespace trainer {
 namespace {
@@ -68,10 +72,16 @@ struct Options {
     int stop_at = 0;
     float temperature = 1.0f;
     int top_k = 40;
+    float top_p = 1.0f;
     std::string out = "out";
     bool save = true;
     std::string resume;
     bool generate = false;
+    int generate_batch = 0;  // sequences --generate samples (0: not given, 1)
+    bool kv_cache = true;    // generation with the KV cache (--no-kv-cache: a forward per token)
+    bool cuda_graph = true;  // with it, each decoding step a CUDA graph (--no-cuda-graph: not)
+    int generate_bench = 0;  // new tokens per sequence the bench times (0: no bench)
+    std::vector<QuantFormat> quantize;  // --quantize's formats (none: no quantization table)
     std::string dump_step0;
     double peak_tflops = 0.0;  // 0: from the GPU's name
     // Several GPUs: the gradients' all-reduce buckets in MB (0: one all-reduce after the
@@ -81,8 +91,9 @@ struct Options {
 };
 
 const char* kUsage = R"(usage: train_gpt [options]
-Trains a GPT-2-style model on token shards (make them with trainer/prepare_data.py), or samples
-from a checkpoint with --generate.
+Trains a GPT-2-style model on token shards (make them with trainer/prepare_data.py), samples
+from a checkpoint with --generate, times generation with and without the KV cache with
+--generate-bench, or measures a checkpoint with quantized linear weights with --quantize.
 
 data
   --data DIR            DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin   [data/shakespeare]
@@ -125,8 +136,20 @@ evaluation and output
   --resume FILE         continue from a checkpoint (same model); loss.csv in --out keeps its
                         rows up to the checkpoint's step and goes on from there
   --sample-every N      print a sample every N steps (0: at the end only)   [0]
-  --sample-length N --temperature X --top-k N                               [128 1.0 40]
+  --sample-length N --temperature X --top-k N --top-p X                     [128 1.0 40 1.0]
+                        (top-k 0 and top-p 1: off; ties at a threshold are kept)
   --generate            only sample from --resume's model
+  --generate-batch N    --generate samples N sequences at once              [1]
+  --no-kv-cache         generate with a whole forward pass per new token instead of the KV
+                        cache (the same tokens for the same seed, up to rounding: trainer/README.md)
+  --no-cuda-graph       with the KV cache, launch each decoding step's kernels one by one instead
+                        of replaying the step as a CUDA graph (the same tokens, bit for bit)
+  --generate-bench N    time generation of N new tokens per sequence with the KV cache and
+                        without, at batch 1 and 16 (--generate-batch B: 1 and B), for --resume's
+                        model or an untrained -m
+  --quantize LIST       only measure --resume's model with its linear layers' weights quantized
+                        (module 09's formats: w8a16, w4a16, or both: w8a16,w4a16): the
+                        validation loss and the weights' memory beside the unquantized model's
   --dump-step0 DIR      write step 0's weights, batch, logits, loss and gradients (the PyTorch check)
   --peak-tflops X       the GPU's dense 16-bit peak, for MFU                [from the GPU's name]
 stopping and going on (a long run in pieces)
@@ -171,6 +194,14 @@ Options parse_options(int argc, char** argv) {
         }
         if (flag == "--profile") {
             o.profile = true;
+            continue;
+        }
+        if (flag == "--no-kv-cache") {
+            o.kv_cache = false;
+            continue;
+        }
+        if (flag == "--no-cuda-graph") {
+            o.cuda_graph = false;
             continue;
         }
         if (i + 1 >= argc) usage_error(flag + " needs a value");
@@ -258,7 +289,25 @@ Options parse_options(int argc, char** argv) {
             number(&o.temperature);
         else if (flag == "--top-k")
             number(&o.top_k);
-        else if (flag == "--dump-step0")
+        else if (flag == "--top-p")
+            number(&o.top_p);
+        else if (flag == "--generate-batch" || flag == "--generate-bench") {
+            int& target = flag == "--generate-batch" ? o.generate_batch : o.generate_bench;
+            number(&target);
+            if (target < 1) usage_error(flag + " must be at least 1");
+        } else if (flag == "--quantize") {
+            o.quantize.clear();
+            for (std::size_t from = 0; from <= value.size();) {
+                const std::size_t comma = std::min(value.find(',', from), value.size());
+                const std::string name = value.substr(from, comma - from);
+                QuantFormat format;
+                if (!parse_quant_format(name, &format))
+                    usage_error("--quantize " + value +
+                                ": formats w8a16 and w4a16, comma-separated");
+                o.quantize.push_back(format);
+                from = comma + 1;
+            }
+        } else if (flag == "--dump-step0")
             o.dump_step0 = value;
         else if (flag == "--peak-tflops")
             number(&o.peak_tflops);
@@ -275,6 +324,13 @@ Options parse_options(int argc, char** argv) {
     if (o.batch < 1 || o.grad_accum < 1) usage_error("-b and --grad-accum must be at least 1");
     if (o.warmup < 0) o.warmup = o.steps / 10;
     if (o.temperature <= 0.0f) usage_error("--temperature must be above 0");
+    if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) usage_error("--top-p must be above 0 and at most 1");
+    if (o.generate && o.generate_bench > 0)
+        usage_error("--generate and --generate-bench: one or the other");
+    if (!o.quantize.empty() && (o.generate || o.generate_bench > 0))
+        usage_error("--quantize measures the validation loss: not with --generate or its bench");
+    if (o.generate_bench > 0 && !o.kv_cache)
+        usage_error("--generate-bench times generation both ways: drop --no-kv-cache");
     if (o.attention != "cudnn" && o.attention != "flash")
         usage_error("--attention " + o.attention + ": cudnn or flash");
     if (o.zero != 0 && o.zero != 1)
@@ -335,45 +391,131 @@ void keep_loss_rows(const std::string& path, int last_step) {
     std::filesystem::rename(temporary, path);
 }
 
-// ---- Sampling ----
+// ---- Generation ----
 
-// Draws the next token from the logits: divided by the temperature, cut to the top_k largest
-// (0: all), softmax, then one draw.
-int sample_token(std::vector<float> logits, float temperature, int top_k, std::mt19937_64& random) {
-    std::vector<int> order(logits.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-    const int keep = (top_k > 0 && top_k < static_cast<int>(order.size()))
-                         ? top_k
-                         : static_cast<int>(order.size());
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                      [&](int a, int b) { return logits[a] > logits[b]; });
-    const float largest = logits[order[0]];
-    std::vector<double> weights(keep);
-    double total = 0.0;
-    for (int i = 0; i < keep; ++i)
-        total += weights[i] = std::exp((logits[order[i]] - largest) / temperature);
-    double u = (random() >> 11) * (1.0 / 9007199254740992.0) * total;
-    for (int i = 0; i < keep; ++i) {
-        if ((u -= weights[i]) <= 0.0) return order[i];
-    }
-    return order[keep - 1];
+// What --sample-length, --temperature, --top-k, --top-p, --seed, --no-kv-cache and
+// --no-cuda-graph ask of a generation of `sequences` sequences in a window of `context` tokens.
+GenerationOptions generation_options(const Options& o, int sequences, int context) {
+    GenerationOptions g;
+    g.sequences = sequences;
+    g.tokens = o.sample_length;
+    g.context = context;
+    g.sampling = {o.temperature, o.top_k, o.top_p};
+    g.seed = o.seed;
+    g.kv_cache = o.kv_cache;
+    g.cuda_graph = o.cuda_graph;
+    return g;
 }
 
-// Text generated after the end-of-text token, the context sliding once it is full.
+// Text generated after the end-of-text token (generate.h), each sequence after a line of its own
+// where there are several.
 template <typename Act>
-std::string generate(Gpt<Act>& model, const Tokenizer& tokenizer, const Options& o, int context) {
-    std::mt19937_64 random(o.seed);
-    std::vector<int> tokens = {tokenizer.end_of_text()};
+std::string generate(Gpt<Act>& model, const Tokenizer& tokenizer, const Options& o, int sequences,
+                     int context) {
+    const std::vector<std::vector<int>> tokens = generate_tokens(
+        model, {tokenizer.end_of_text()}, generation_options(o, sequences, context));
     std::string text;
-    for (int i = 0; i < o.sample_length; ++i) {
-        const int start = std::max(0, static_cast<int>(tokens.size()) - context);
-        const int t = static_cast<int>(tokens.size()) - start;
-        const int next = sample_token(model.next_token_logits(tokens.data() + start, t),
-                                      o.temperature, o.top_k, random);
-        tokens.push_back(next);
-        text += tokenizer.decode(next);
+    for (int b = 0; b < sequences; ++b) {
+        if (sequences > 1)
+            text += std::string(b > 0 ? "\n" : "") + "--- sequence " + std::to_string(b + 1) +
+                    " of " + std::to_string(sequences) + " ---\n";
+        for (int token : tokens[b]) text += tokenizer.decode(token);
     }
     return text;
+}
+
+// --generate-bench N: N new tokens per sequence after the end-of-text token, with the KV cache and
+// without, at batch 1 and at batch 16 (or --generate-batch), one line per batch: tokens/s (new
+// tokens of every sequence over the wall time of the whole generation, sampling and copies
+// included), how the cached way's decoding steps ran (as CUDA graphs, or, with --no-cuda-graph
+// or a table that refuses graphs, their kernels one by one), the speed-up, and how many steps
+// drew the same tokens both ways. Each way is timed after an untimed run of its own, which makes
+// cuBLASLt's and cuDNN's plans for every shape it meets (without the cache, a shape per window
+// length) and captures the cached way's graph.
+template <typename Act>
+void generation_bench(Gpt<Act>& model, const Options& o, const std::vector<int>& batches,
+                      int end_of_text) {
+    Options timed = o;
+    timed.sample_length = o.generate_bench;
+    // The tokens of the timed run; its seconds, and its steps run by a CUDA graph.
+    const auto run = [&](int B, bool kv_cache, double* seconds, long* graphed) {
+        timed.kv_cache = kv_cache;
+        const GenerationOptions g = generation_options(timed, B, model.config().max_seq_len);
+        generate_tokens(model, {end_of_text}, g);  // untimed: the plans, and the graph
+        const long before = model.decode_graph_use().steps;
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<std::vector<int>> tokens = generate_tokens(model, {end_of_text}, g);
+        *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        *graphed = model.decode_graph_use().steps - before;
+        return tokens;
+    };
+    for (int B : batches) {
+        double cached_s = 0.0, uncached_s = 0.0;
+        long graphed = 0, none = 0;
+        const auto cached = run(B, true, &cached_s, &graphed);
+        const std::string how = graphed == o.generate_bench ? "each step a CUDA graph"
+                                : graphed == 0
+                                    ? "kernels launched one by one"
+                                    : std::to_string(graphed) + " of " +
+                                          std::to_string(o.generate_bench) + " steps a CUDA graph";
+        const auto uncached = run(B, false, &uncached_s, &none);
+        const auto agree_at = [&](int step) {  // every sequence drew the same token both ways
+            for (int b = 0; b < B; ++b)
+                if (cached[b][step] != uncached[b][step]) return false;
+            return true;
+        };
+        int same = 0;
+        while (same < o.generate_bench && agree_at(same)) ++same;
+        const double tokens = static_cast<double>(B) * o.generate_bench;
+        std::printf(
+            "generation bench: batch %d, %d new tokens per sequence: KV cache %.0f tok/s "
+            "(%.3f s, %s), no cache %.0f tok/s (%.3f s): %.1fx; the same tokens both ways for %d "
+            "of %d steps\n",
+            B, o.generate_bench, tokens / cached_s, cached_s, how.c_str(), tokens / uncached_s,
+            uncached_s, uncached_s / cached_s, same, o.generate_bench);
+        std::fflush(stdout);
+    }
+}
+
+// ---- Validation, and the quantized weights' table (--quantize; quantize.h) ----
+
+// The mean loss of the first o.val_batches micro-batches of the validation shards.
+template <typename Act>
+float validation_loss(Gpt<Act>& model, TokenLoader& val, const Options& o, int T) {
+    val.rewind();
+    std::vector<int> inputs, targets;
+    double sum = 0.0;
+    for (int i = 0; i < o.val_batches; ++i) {
+        val.next_batch(&inputs, &targets);
+        sum += model.loss(inputs.data(), targets.data(), o.batch, T);
+    }
+    return static_cast<float>(sum / o.val_batches);
+}
+
+// The validation loss of the checkpoint's weights, then of the same weights with the linear layers
+// fake-quantized in each format (quantize.h: quantized and dequantized on the host, the forward
+// unchanged, so the difference is the format's error, up to the activations' type's rounding of
+// the dequantized weights: trainer/README.md), and the linear weights' bytes in each.
+template <typename Act>
+void quantization_table(Gpt<Act>& model, const Options& o, const std::vector<float>& params,
+                        TokenLoader& val, int T) {
+    const GptConfig& config = model.config();
+    const double mib = 1048576.0;
+    model.set_params(params);
+    const float unquantized = validation_loss(model, val, o, T);
+    std::printf("%-8s %9s %9s %14s\n", "weights", "val loss",
+                (std::string("vs ") + kDtypeName<Act>).c_str(), "linear weights");
+    std::printf("%-8s %9.4f %9s %10.2f MiB  (%s, as trained)\n", kDtypeName<Act>, unquantized, "",
+                linear_weight_bytes_16bit(config) / mib, kDtypeName<Act>);
+    std::fflush(stdout);
+    for (QuantFormat format : o.quantize) {
+        model.set_params(fake_quantize_params(config, params, format));
+        const float loss = validation_loss(model, val, o, T);
+        std::printf("%-8s %9.4f %+9.4f %10.2f MiB  (%s)\n", quant_format_name(format), loss,
+                    loss - unquantized, linear_weight_bytes(config, format) / mib,
+                    quant_format_layout(format));
+        std::fflush(stdout);
+    }
 }
 
 // ---- Throughput ----
@@ -459,9 +601,40 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
                                     ")");
     if (o.profile) ops = profiled_table(*ops);
     if (o.generate) {
-        Gpt<Act> model(config, *ops, 1, config.max_seq_len);
+        // With the cache, the activations take one sequence at a time (its prefill); without it,
+        // every sequence's window at once.
+        const int sequences = std::max(o.generate_batch, 1);
+        Gpt<Act> model(config, *ops, o.kv_cache ? 1 : sequences, config.max_seq_len);
         model.set_params(resumed->params);
-        std::printf("%s\n", generate(model, tokenizer, o, config.max_seq_len).c_str());
+        std::printf("%s\n", generate(model, tokenizer, o, sequences, config.max_seq_len).c_str());
+        return 0;
+    }
+    if (!o.quantize.empty()) {
+        Gpt<Act> model(config, *ops, o.batch, T);
+        std::printf(
+            "quantized weights: %s (%s), %s activations, kernels: %s; validation loss over %d "
+            "batches of %d x %d tokens; quantized: every block's qkv, attention projection and "
+            "MLP weights (the embeddings, LM head, LayerNorms and biases stay %s)\n",
+            o.resume.c_str(), describe(config).c_str(), kDtypeName<Act>, ops->name, o.val_batches,
+            o.batch, T, kDtypeName<Act>);
+        quantization_table(model, o, resumed->params, *val, T);
+        return 0;
+    }
+    if (o.generate_bench > 0) {
+        std::vector<int> batches = {1};
+        if (o.generate_batch != 1) batches.push_back(o.generate_batch > 0 ? o.generate_batch : 16);
+        Gpt<Act> model(config, *ops, batches.back(), config.max_seq_len);
+        model.set_params(resumed ? resumed->params : initial_params(config, o.seed));
+        model.reserve_kv_cache(batches.back());
+        std::printf(
+            "generation bench: %s (%s), %s, %s weights, kernels: %s; temperature %g, top-k %d, "
+            "top-p %g; %.2f GiB allocated, of which the KV cache for %d sequences %.2f GiB\n",
+            resumed ? o.resume.c_str() : o.model.c_str(), describe(config).c_str(), kDtypeName<Act>,
+            resumed ? "trained" : "untrained", ops->name, o.temperature, o.top_k, o.top_p,
+            model.device_bytes() / 1073741824.0, batches.back(),
+            model.kv_cache_bytes() / 1073741824.0);
+        std::fflush(stdout);
+        generation_bench(model, o, batches, tokenizer.end_of_text());
         return 0;
     }
     const bool sharded = ranks.gradient_sum() == GradientSum::sharded && ranks.processes() > 1;
@@ -523,16 +696,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         if (!append) csv << kLossCurveHeader;
     }
 
-    auto validation_loss = [&]() {
-        val->rewind();
-        std::vector<int> inputs, targets;
-        double sum = 0.0;
-        for (int i = 0; i < o.val_batches; ++i) {
-            val->next_batch(&inputs, &targets);
-            sum += model.loss(inputs.data(), targets.data(), o.batch, T);
-        }
-        return static_cast<float>(sum / o.val_batches);
-    };
+    auto validation_loss = [&]() { return trainer::validation_loss(model, *val, o, T); };
     // fp16's loss scaling (loss_scaler.h): the backward starts from the loss times scaler.scale(),
     // the update divides it out; bf16 and fp32 keep a scale of 1.
     constexpr bool scaled = std::is_same_v<Act, fp16>;
@@ -606,7 +770,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         }
         if (ranks.main() && o.sample_every > 0 && step > 0 && step % o.sample_every == 0)
             std::printf("--- sample at step %d ---\n%s\n---\n", step,
-                        generate(model, tokenizer, o, T).c_str());
+                        generate(model, tokenizer, o, 1, T).c_str());
         if (o.checkpoint_every > 0 && step > 0 && step % o.checkpoint_every == 0)
             save(step, "model_step" + std::to_string(step) + ".ckpt");
 
@@ -708,7 +872,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
     if (o.save) std::printf("checkpoint: %s/model.ckpt\n", o.out.c_str());
     std::printf("loss curve: %s\n", csv_path.c_str());
     if (o.sample_length > 0 && ranks.main())
-        std::printf("--- sample ---\n%s\n---\n", generate(model, tokenizer, o, T).c_str());
+        std::printf("--- sample ---\n%s\n---\n", generate(model, tokenizer, o, 1, T).c_str());
     return 0;
 }
 
@@ -719,15 +883,19 @@ int main_checked(int argc, char** argv) {
     DataParallel ranks = DataParallel::from_environment();
     if (ranks.processes() > 1 && !o.dump_step0.empty())
         usage_error("--dump-step0 writes one process's step (the PyTorch check): run it alone");
+    if (ranks.processes() > 1 && !o.quantize.empty())
+        usage_error("--quantize measures one model on one GPU: run it alone");
     std::unique_ptr<Checkpoint> resumed;
     if (!o.resume.empty())
         resumed = std::make_unique<Checkpoint>(load_checkpoint(o.resume));
     else if (o.generate)
         usage_error("--generate samples from a checkpoint: give it with --resume");
+    else if (!o.quantize.empty())
+        usage_error("--quantize measures a trained model: give its checkpoint with --resume");
     const Tokenizer tokenizer(o.tokenizer);
 
     GptConfig config;
-    if (o.generate) {
+    if (o.generate || (o.generate_bench > 0 && resumed) || !o.quantize.empty()) {
         config = resumed->config;  // the checkpoint says what model it is
     } else {
         if (!gpt_preset(o.model, tokenizer.vocab_size(), &config))
@@ -749,8 +917,14 @@ int main_checked(int argc, char** argv) {
     if (T > config.max_seq_len)
         usage_error("-t " + std::to_string(T) + " is longer than the model's context (" +
                     std::to_string(config.max_seq_len) + ")");
+    for (QuantFormat format : o.quantize) {
+        const std::string refusal = quant_format_refusal(config, format);
+        if (!refusal.empty()) throw std::runtime_error(o.resume + ": " + refusal);
+    }
     std::unique_ptr<TokenLoader> train, val;
-    if (!o.generate) {
+    if (!o.quantize.empty()) {
+        val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);
+    } else if (!o.generate && o.generate_bench == 0) {
         train = std::make_unique<TokenLoader>(o.train, config.vocab_size, o.batch, T);
         if (o.val_every > 0 && ranks.main())  // rank 0 validates for all
             val = std::make_unique<TokenLoader>(o.val, config.vocab_size, o.batch, T);

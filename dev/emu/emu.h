@@ -436,15 +436,17 @@ struct Launch {
     }
 };
 
-// kernel<<<grid, block, bytes>>>(args), as translate.py writes it.
+// kernel<<<grid, block, bytes, stream>>>(args), as translate.py writes it. The stream is not
+// looked at: a launch is done when it returns, so stream order is program order.
 template <class... Params, class G, class B>
-Launch<Params...> launch(void (*kernel)(Params...), G grid, B block, std::size_t dynamic = 0) {
+Launch<Params...> launch(void (*kernel)(Params...), G grid, B block, std::size_t dynamic = 0,
+                         const void* = nullptr) {
     return {kernel, Dim3(grid), Dim3(block), 1, dynamic};
 }
 // The same for kernels with no barrier or shuffle (translate.py --sequential).
 template <class... Params, class G, class B>
 Launch<Params...> launch_sequential(void (*kernel)(Params...), G grid, B block,
-                                    std::size_t dynamic = 0) {
+                                    std::size_t dynamic = 0, const void* = nullptr) {
     return {kernel, Dim3(grid), Dim3(block), 1, dynamic, true};
 }
 

@@ -1,6 +1,6 @@
 """CUDA C++ source -> C++ for the CPU emulator (emu.h): kernel launches and shared declarations.
 
-  kernel<<<grid, block[, bytes]>>>(args)   ->  ::emu::launch(kernel, grid, block[, bytes])(args)
+  kernel<<<grid, block[, bytes[, stream]]>>>(args)  ->  ::emu::launch(kernel, grid, block[, bytes[, stream]])(args)
   __shared__ T a[N], b;                    ->  auto& a = ::emu::shared<T[N], id>(); auto& b = ...
   extern __shared__ T name[];              ->  T* name = (T*)::emu::dynamic_shared();
 

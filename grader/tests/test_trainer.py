@@ -359,6 +359,22 @@ def test_check_reads_both_choices_of_kernels_against_the_ladder(course):
             "ops: double)") in result.stdout
 
 
+def test_check_takes_the_ladders_rows_of_a_module_the_course_does_not_have(course):
+    ladder = course / trainer.KERNEL_OPS
+    text = ladder.read_text()
+    row = '[[kernel]]\nop = "double"\nexercise = "{}"\nprecision = "fp32"\n'
+    try:
+        ladder.write_text(text + row.format("10_absent/triple"))
+        assert invoke(course, "check", "--no-build", "02").exit_code == 0
+        ladder.write_text(text + row.format("01_fixture/triple"))
+        result = invoke(course, "check", "--no-build", "02")
+    finally:
+        ladder.write_text(text)
+    assert result.exit_code == 1
+    assert ("trainer/kernel_ops.toml: 01_fixture/triple (op double) is not an exercise of the "
+            "course") in result.stdout
+
+
 def test_profile_and_sanitize_say_the_trainer_is_not_a_kernel(course):
     for command in ("profile", "sanitize"):
         result = invoke(course, command, "02/train_gpt")

@@ -2,12 +2,14 @@
 // builds it (its contract function found by key, every other key null, its own symbols kept
 // inside, an untouched stub's COURSE_TODO reaching the trainer as an error it can catch), and the
 // choices file read by the table (a line that names no op, a bf16 kernel in an fp32 run, the
-// table printed with what it does around each kernel). On the learner's stubs of 06 layernorm
-// and 07 flash_tc, skipped in a build without the learner variant; the solutions' table in bf16
-// on 06 layernorm's readable solution (no optional bf16 entry point: the table converts, and
-// says so), skipped without the solution variant; the fast references' table in bf16 on 05
-// wgmma_gemm's and 06 layernorm's fast references (their optional entry points: the table calls
-// them, and says so), skipped without the fast variant.
+// table printed with what it does around each kernel), and which tables let generation capture a
+// decoding step into a CUDA graph (the reference's in bf16 and fp16; not an exercise table whose
+// step runs an exercise's kernel, a fast reference's bf16 entry point included). On the learner's
+// stubs of 06 layernorm and 07 flash_tc, skipped in a build without the learner variant; the
+// solutions' table in bf16 on 06 layernorm's readable solution (no optional bf16 entry point: the
+// table converts, and says so), skipped without the solution variant; the fast references' table
+// in bf16 on 05 wgmma_gemm's and 06 layernorm's fast references (their optional entry points: the
+// table calls them, and says so), skipped without the fast variant.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -60,6 +62,17 @@ std::string table_error(const std::string& path) {
         return e.what();
     }
     return "";
+}
+
+TEST(OpTables, SayWhetherADecodingStepCanBeACudaGraph) {
+    EXPECT_EQ(ops_table<bf16>("reference")->graph_refusal(), nullptr);
+    EXPECT_EQ(ops_table<fp16>("reference")->graph_refusal(), nullptr);
+    const std::string fp32 = ops_table<float>("reference")->graph_refusal();
+    EXPECT_NE(fp32.find("module 06's layernorm_fast, which launches on the default stream"),
+              std::string::npos)
+        << fp32;
+    const std::string profile = ops_table<bf16>("profile")->graph_refusal();
+    EXPECT_NE(profile.find("synchronizes after every op"), std::string::npos) << profile;
 }
 
 TEST(ExerciseLibrary, AnswersItsContractAndNothingElse) {
@@ -130,6 +143,11 @@ TEST(ExerciseTables, PrintsWhichOpRunsWhoseKernelAndWhatItDoesAroundIt) {
         << printed;
     EXPECT_NE(printed.find("  gemm                reference\n"), std::string::npos) << printed;
     EXPECT_EQ(exercise_table<float>("no such table"), nullptr);
+    // A decoding step through it runs the learner's LayerNorm, on the default stream: no graph.
+    const std::string refusal = exercise_table<bf16>("learner")->graph_refusal();
+    EXPECT_NE(refusal.find("layernorm (06_softmax_norms/layernorm), launch on the default stream"),
+              std::string::npos)
+        << refusal;
 }
 
 // The fast table in bf16 with the fast references' optional entry points: gemm_bf16_epilogue
@@ -161,6 +179,12 @@ TEST(ExerciseTables, TheFastTableSaysWhichOpsTakeTheirBf16EntryPoints) {
           "as they are",
           "  layernorm_backward  reference\n"})
         EXPECT_NE(printed.find(line), std::string::npos) << line << "\nin:\n" << printed;
+    // The entry points launch on the default stream (their contracts take none): no graph.
+    const std::string refusal = table->graph_refusal();
+    EXPECT_NE(refusal.find("gemm (05_gemm_advanced/wgmma_gemm), layernorm "
+                           "(06_softmax_norms/layernorm), launch on the default stream"),
+              std::string::npos)
+        << refusal;
 }
 
 // The solutions' table in bf16: a readable solution has no bf16 entry point, so the table
