@@ -55,6 +55,8 @@ inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline float __fdividef(float a, float b) { return a / b; }
+// The lowest set bit's position, from 1 (0: none).
+inline int __ffs(unsigned x) { return x == 0 ? 0 : __builtin_ctz(x) + 1; }
 // A float's bits and back (quantization formats take floats apart, radix selects order floats by
 // their bits).
 inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
@@ -461,6 +463,19 @@ template <class T> T __shfl_up_sync(unsigned m, T v, unsigned delta) {
 }
 template <class T> T __shfl_xor_sync(unsigned m, T v, int offset) {
     return emu::shuffle(m, v, emu::current->lane ^ offset);
+}
+// The lanes whose value equals this lane's, as one warp-wide instruction.
+inline unsigned __match_any_sync(unsigned m, unsigned value) {
+    if (m != 0xffffffffu) emu::fail("__match_any_sync without all 32 lanes");
+    struct Operands {
+        unsigned value, peers;
+    } mine{value, 0};
+    emu::warp_instruction(mine, [](Operands* (&lanes)[32]) {
+        for (Operands* a : lanes)
+            for (unsigned j = 0; j < 32; ++j)
+                if (lanes[j]->value == a->value) a->peers |= 1u << j;
+    });
+    return mine.peers;
 }
 // The vote as a butterfly of shuffles: every lane ends with the OR of all 32 predicates.
 inline int __any_sync(unsigned m, int predicate) {

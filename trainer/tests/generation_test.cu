@@ -178,12 +178,19 @@ void both_ways_draw_the_same_tokens(int B) {
                 ++differ;
                 const testing::SamplingMargins m =
                     testing::sampling_margins(row, V, kSampling, u[b]);
+                // The rule on the cached logits: where it draws as the GPU did, the logits parted
+                // the ways, not the sampler.
+                const int rule_on_cached =
+                    sample_token(cached_logits.data() + static_cast<std::size_t>(b) * V, V,
+                                 kSampling, u[b]);
                 ASSERT_TRUE(testing::could_draw_otherwise(m, delta, kSampling.temperature,
                                                           testing::kSamplingRounding))
                     << "step " << step << ", sequence " << b << ": drew " << cached[b]
-                    << " with the cache and " << uncached << " without, for u " << u[b]
-                    << ", which lies " << m.draw << " from a boundary (top-p " << m.top_p
-                    << ", top-k gap " << m.top_k_gap << "); the logits differ by " << delta;
+                    << " with the cache and " << uncached << " without (the host's rule on the "
+                    << "cached logits: " << rule_on_cached << "), for u " << u[b] << ", which lies "
+                    << m.draw << " from a boundary (top-p " << m.top_p << ", top-k gap "
+                    << m.top_k_gap << ", top-p gap " << m.top_p_gap << "); the logits differ by "
+                    << delta;
             }
             sequences[b].push_back(uncached);
         }

@@ -18,12 +18,13 @@ struct SamplingMargins {
     double draw;       // |u - c| for the nearest cumulative probability c of the kept tokens
     double top_p;      // |top_p - m| for the nearest share m of the kept mass at a distinct value
     double top_k_gap;  // the logit gap between the top_k-th largest value and its neighbours
+    double top_p_gap;  // the logit gap across top-p's cut: its last kept value and the next below
 };
 
 inline SamplingMargins sampling_margins(const float* logits, int V, const SamplingParams& params,
                                         float u) {
     constexpr double kFar = std::numeric_limits<double>::infinity();
-    SamplingMargins m{kFar, kFar, kFar};
+    SamplingMargins m{kFar, kFar, kFar, kFar};
     const std::vector<double> p = sampling_distribution(logits, V, params);
     double cumulative = 0.0;
     for (int i = 0; i < V; ++i) {
@@ -54,10 +55,18 @@ inline SamplingMargins sampling_margins(const float* logits, int V, const Sampli
         double total = 0.0;
         for (double w : masses) total += w;
         double held = 0.0;
+        bool cut = false;
         for (std::size_t j = 0; j < masses.size(); ++j) {
             held += masses[j];
-            if (j + 1 == masses.size() || sorted[j + 1] != sorted[j])
+            if (j + 1 == masses.size() || sorted[j + 1] != sorted[j]) {
                 m.top_p = std::min(m.top_p, std::fabs(held / total - params.top_p));
+                // The first value whose share reaches top_p is the last kept: a value below it
+                // that the other logits place above it is kept instead.
+                if (!cut && held / total >= params.top_p && j + 1 < masses.size()) {
+                    m.top_p_gap = static_cast<double>(sorted[j]) - sorted[j + 1];
+                    cut = true;
+                }
+            }
         }
     }
     return m;
@@ -71,11 +80,15 @@ constexpr double kSamplingRounding = 1e-6;
 // Whether a computation of the rule from logits that differ from these by at most `delta` each,
 // rounding its probabilities by `rounding`, could draw another token: each probability and kept
 // share moves by a factor of at most e^(2 delta / temperature), and a top-k threshold with another
-// value within 2 delta (or ties past the k-th, which any difference splits) may keep other tokens.
+// value within 2 delta (or ties past the k-th, which any difference splits) may keep other tokens,
+// as may a top-p cut whose last kept value and the next below lie within 2 delta: the two can
+// trade places, and the kept set then holds another token, whose mass sits elsewhere in the
+// vocabulary's order of the draw.
 inline bool could_draw_otherwise(const SamplingMargins& m, double delta, float temperature,
                                  double rounding) {
     const double moved = std::expm1(2.0 * delta / temperature) + rounding;
-    return m.draw < moved || m.top_p < moved || (delta > 0.0 && m.top_k_gap <= 2.0 * delta);
+    return m.draw < moved || m.top_p < moved ||
+           (delta > 0.0 && (m.top_k_gap <= 2.0 * delta || m.top_p_gap <= 2.0 * delta));
 }
 
 }  // namespace trainer::testing
