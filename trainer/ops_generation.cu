@@ -244,6 +244,9 @@ int sm_count() {
 
 constexpr int kSampleBlock = 512;
 constexpr int kSampleWarps = kSampleBlock / kWarp;
+// Tokens per thread whose loads a select's pass issues together: one block reads a whole row, so
+// a load at a time would leave each pass waiting on ~100 round trips to memory per thread.
+constexpr int kSampleLoads = 8;
 
 // What a block's threads share: a select's histogram and its outcome, the partials of its sums.
 struct SampleShared {
@@ -300,7 +303,8 @@ __device__ void add_to_bins(unsigned bin, Mass w, SampleShared& shared) {
 // more: four rounds of 8 bits, the most significant first, each a histogram (shared-memory
 // atomics: integer sums, the same in any order) of the keys that match the digits chosen so far,
 // by their next digit; thread 0 picks the digit (sampling::choose_digit, as the host twin). The
-// loop runs whole tiles of the block, so that every lane of a warp reaches add_to_bins.
+// loop runs whole tiles of kSampleLoads x the block's tokens (their loads first, all in flight),
+// so that every lane of a warp reaches add_to_bins.
 template <typename Act, typename Weight>
 __device__ unsigned select_threshold(const Act* row, int V, Mass need, Weight weight,
                                      SampleShared& shared) {
@@ -310,19 +314,24 @@ __device__ unsigned select_threshold(const Act* row, int V, Mass need, Weight we
         for (int d = threadIdx.x; d < sampling::kBins; d += blockDim.x) shared.bins[d] = 0;
         __syncthreads();
         const unsigned chosen = sampling::digits_above(shift);
-        for (int tile = 0; tile < V; tile += blockDim.x) {
-            const int i = tile + threadIdx.x;
-            unsigned bin = 0;
-            Mass w = 0;
-            if (i < V) {
-                const float x = to_float(row[i]);
-                const unsigned key = sampling::ordered_key(x);
-                if ((key & chosen) == prefix) {
-                    w = weight(x, key);
+        for (int tile = 0; tile < V; tile += kSampleLoads * blockDim.x) {
+            float x[kSampleLoads];
+#pragma unroll
+            for (int j = 0; j < kSampleLoads; ++j) {
+                const int i = tile + j * blockDim.x + threadIdx.x;  // coalesced for each j
+                x[j] = i < V ? to_float(row[i]) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < kSampleLoads; ++j) {
+                const unsigned key = sampling::ordered_key(x[j]);
+                unsigned bin = 0;
+                Mass w = 0;
+                if (tile + j * blockDim.x + threadIdx.x < V && (key & chosen) == prefix) {
+                    w = weight(x[j], key);
                     bin = (key >> shift) & (sampling::kBins - 1);
                 }
+                add_to_bins(bin, w, shared);
             }
-            add_to_bins(bin, w, shared);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
