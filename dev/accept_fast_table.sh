@@ -44,7 +44,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$summary"
 copies=build/accept-fast-table-copies
 rm -rf "$copies" && mkdir -p "$copies"
 groups=(
-  "05/wgmma_gemm mn_major_descriptor_offsets_swapped split_k_drops_a_tile_per_split"
+  "05/wgmma_gemm mn_major_descriptor_offsets_swapped stream_k_segment_starts_a_k_tile_early"
+  "05/wgmma_gemm stream_k_last_arrival_never_seen"
   "05/wgmma_gemm epilogue_bias_dropped gelu_input_stored_after_the_gelu"
   "05/wgmma_gemm accumulate_writes_over_c gelu_derivative_cubic_term"
   "06/layernorm bf16_y_alignment_unchecked bf16_statistics_skip_the_long_row_rest"

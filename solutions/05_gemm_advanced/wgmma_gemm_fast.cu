@@ -1,5 +1,5 @@
 // 05_gemm_advanced/wgmma_gemm_fast: the warp-specialized wgmma GEMM as a persistent kernel, and
-// the same kernel as the trainer's GEMM (either layout of each operand, an epilogue, split K).
+// the same kernel as the trainer's GEMM (either layout of each operand, an epilogue, Stream-K).
 // Fast reference (the readable one is wgmma_gemm.cu).
 //
 // Teaches: what a block per tile leaves on the table once the main loop runs at the tensor cores'
@@ -9,28 +9,31 @@
 // walks the tiles (grouped order, a stride of the grid): the producer runs on into the next tile's
 // copies as soon as a stage is free, so that the consumers find their ring full when they come
 // back from writing C, and each consumer releases its last stage of a tile before writing it.
-// Same tiles, stages, barriers, wgmma and register split as the readable kernel (its constants
-// and tensor maps are used as they are); the loops around them change, and so does the store:
-// each warp stages its accumulators in shared memory (32 KB beside the stages), 64 columns at a
-// time and swizzled against bank conflicts, then reads them back by rows and stores 16-byte
-// vectors: whole sectors, and one small loop per kind of epilogue where an unrolled store per
-// register pair made the kernel's code too large for the instruction cache.
+// Same tiles, stages, barriers, wgmma and register split as the readable kernel (its constants,
+// tensor maps and float store are used as they are); only the loops around them change.
 //
 // Beyond the exercise (gemm_bf16_epilogue.h, a stretch no hint teaches): the products of a
 // training step. Each operand may be MN-major (m or n contiguous, a transposed matrix): TMA copies
 // it in boxes of 64 m (n) by 64 k, and wgmma reads it with its transpose bit and a descriptor of
 // that layout, so a transposed weight or activation is never copied. The epilogue adds a bias,
 // applies GPT-2's GELU (keeping its input) or multiplies by its derivative, and stores bf16; or it
-// adds into float, where a weight gradient's few output tiles (768 x 768 is 18 tiles of 128 x 256
-// for 132 SMs) split their long K (the tokens) over several blocks, whose partial tiles the last
-// one to finish adds up in a fixed order: the same bits on every run.
+// adds into float. Its stores go through shared memory: each warp stages its accumulators (32 KB
+// beside the stages), 64 columns at a time and swizzled against bank conflicts, then reads them
+// back by rows and stores 16-byte vectors: whole sectors, and one small loop per kind of epilogue
+// where an unrolled store per register pair made the kernel's code too large for the instruction
+// cache. A weight gradient has few output tiles for a long K (the tokens: 768 x 768 is 18 tiles of
+// 128 x 256 for 132 SMs): there the blocks share the product's k tiles evenly (Stream-K, Osama et
+// al. 2023), a tile shared by several blocks gets their partial tiles added up, in a fixed order,
+// by the last one to finish it: the same bits on every run.
 //
 // Run:  grader run 05/wgmma_gemm --solutions      (the "wgmma_gemm (fast)" row)
 // Contract: gemm_bf16.h, gemm_bf16_epilogue.h     Notes:   notes/05_gemm_advanced.md
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "course/exercise.h"
 #include "course/gemm_layout.h"
@@ -92,34 +95,49 @@ static_assert(kFastSharedBytes + kStaticSharedBytes <= 227 * 1024,
 static_assert(kWarpRows == 16 && kChunkColumns % kVector == 0 && kBN % kChunkColumns == 0,
               "a warp's 16 rows of the wgmma D layout, read back in whole vectors");
 static_assert(kStagingFloats / kVector % 32 == 0, "every lane reads as many vectors back");
+static_assert(kChunkRegisters % 2 == 0, "a chunk stages whole register pairs");
 
-// Split K: at most kMaxSplits blocks per output tile, and what writing (or reading back) one
-// block's partial tile costs, in k tiles of the main loop: 128 KB at about 75 GB/s per SM (an
-// H100's L2 bandwidth shared by its 132 SMs) is 1.7 us, a k tile's 4.2 MFLOP at 5.6 TFLOP/s per
-// SM 0.75 us.
-constexpr int kMaxSplits = 16;
+// Stream-K's cost rule (schedule(), below) counts in k tiles of one block's main loop: a k tile is
+// 4.2 MFLOP, 0.75 us at 5.6 TFLOP/s per SM. Writing one block's partial tile (128 KB) or reading
+// one back costs kPartialCost of them: 128 KB at about 75 GB/s per SM (an H100's L2 bandwidth
+// shared by its 132 SMs) is 1.7 us.
 constexpr int kPartialCost = 2;
 
-// Where a tile's products go: gemm_bf16's float C (written), or a gemm_bf16_epilogue's epilogue.
-struct Output {
-    float* c = nullptr;
-    GemmEpilogue epilogue;
-};
+// The floats of one partial tile: each consumer's accumulators, [consumer][register / 4][thread]
+// as float4s.
+constexpr int kPartialFloats = kConsumers * kAccumulators * kWarpgroupThreads;
 
-// K split over `count` blocks per output tile (1: not split). partials: [tile][split][consumer]
-// one consumer's accumulators as float4s, [register / 4][thread]; arrivals: [tile][consumer], the
-// splits done so far, 0 between launches.
-struct Splits {
-    int count = 1;
+// How a launch's blocks share its output tiles (schedule()): the first sk_tiles tiles of the
+// grouped order by Stream-K, the others data-parallel, whole, a stride of the grid each.
+// Stream-K: the grid shares the sk_tiles x k_tiles k iterations evenly (block b takes
+// [b S / grid, (b + 1) S / grid) of the S, tile after tile), so that a tile's k tiles may be
+// split among consecutive blocks, its contributors. Position p of that sequence is tile
+// (p % sk_classes) (sk_tiles / sk_classes) + p / sk_classes of the grouped order: positions
+// sk_classes apart run their same k tiles at the same time (their blocks started the same
+// distance before them), and this makes each such class of tiles neighbours that share their
+// operands' k tiles in L2, as a data-parallel wave's tiles do. partials: slot p + b holds
+// contributor b's partial tile of position p (p + b differ for every pair, since a tile's
+// contributors follow its predecessor's); arrivals: [p][consumer] the contributors done so far,
+// 0 between launches.
+struct Schedule {
+    int sk_tiles = 0;
+    int sk_classes = 1;
     float* partials = nullptr;
     int* arrivals = nullptr;
 };
 
-// One block's share of the product: split `split` of output tile (row0, col0), k tiles
-// [first, last) (split s of n takes [s k_tiles / n, (s + 1) k_tiles / n): never empty, since n is
-// at most k_tiles).
+// One block's walk through the schedule: its Stream-K iterations [begin, end), in `segments`
+// pieces of tiles, then its data-parallel tiles: `units` in all.
+struct Share {
+    long long begin, end;
+    int segments, units;
+};
+
+// One unit of a block's walk: k tiles [first, last) of the output tile at (row0, col0); position:
+// its place in the Stream-K sequence, -1 for a data-parallel tile. A unit of every k tile
+// (first 0, last k_tiles) is the block's alone.
 struct Unit {
-    int tile, split, row0, col0, first, last;
+    int position, row0, col0, first, last;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the Hopper instructions exist in sm_90a code only
@@ -128,15 +146,53 @@ struct Unit {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
-__device__ Unit unit_of(int index, int tiles_m, int tiles_n, int k_tiles, int splits) {
-    const int tile = index / splits, split = index % splits;
+// Iteration `block` S / grid of the Stream-K sequence: where that block's share begins.
+__device__ long long share_begin(const Schedule& schedule, int k_tiles, int block) {
+    return static_cast<long long>(schedule.sk_tiles) * k_tiles * block / gridDim.x;
+}
+
+// The block whose share holds iteration i: the last b with b S / grid <= i, that is b S < (i + 1)
+// grid.
+__device__ int block_of(const Schedule& schedule, int k_tiles, long long i) {
+    const long long total = static_cast<long long>(schedule.sk_tiles) * k_tiles;
+    return static_cast<int>(((i + 1) * gridDim.x - 1) / total);
+}
+
+__device__ Share share_of(const Schedule& schedule, int tiles, int k_tiles) {
+    Share share;
+    share.begin = share_begin(schedule, k_tiles, blockIdx.x);
+    share.end = share_begin(schedule, k_tiles, blockIdx.x + 1);
+    share.segments = share.end > share.begin
+                         ? static_cast<int>((share.end - 1) / k_tiles - share.begin / k_tiles + 1)
+                         : 0;
+    const int whole = tiles - schedule.sk_tiles - static_cast<int>(blockIdx.x);
+    share.units = share.segments + (whole > 0 ? course::ceil_div(whole, gridDim.x) : 0);
+    return share;
+}
+
+// Unit n of the block's walk: the producer and the consumers both walk it with this.
+__device__ Unit unit_of(const Schedule& schedule, const Share& share, int tiles_m, int tiles_n,
+                        int k_tiles, int n) {
+    Unit unit;
+    int tile;
+    if (n < share.segments) {
+        const int p = static_cast<int>(share.begin / k_tiles) + n;
+        const long long start = static_cast<long long>(p) * k_tiles;
+        unit.position = p;
+        unit.first = static_cast<int>(max(share.begin, start) - start);
+        unit.last = static_cast<int>(min(share.end, start + k_tiles) - start);
+        tile = p % schedule.sk_classes * (schedule.sk_tiles / schedule.sk_classes) +
+               p / schedule.sk_classes;
+    } else {
+        unit.position = -1;
+        unit.first = 0;
+        unit.last = k_tiles;
+        tile = schedule.sk_tiles + blockIdx.x + (n - share.segments) * gridDim.x;
+    }
     const course::Coord t = course::grouped_tile(tile, tiles_m, tiles_n, kGroupRows);
-    return {tile,
-            split,
-            t.row * kBM,
-            t.col * kBN,
-            split * k_tiles / splits,
-            (split + 1) * k_tiles / splits};
+    unit.row0 = t.row * kBM;
+    unit.col0 = t.col * kBN;
+    return unit;
 }
 
 // Boxes of kBox that an MN-major tile starting at `first` (of `extent` m or n) copies: those that
@@ -228,9 +284,9 @@ __device__ float gelu_derivative(float x) {
     return s + 2.0f * x * s * (1.0f - s) * du_dx;
 }
 
-// What a tile's products become, one kind per launch (Output): each kind is its own loop, so that
-// a tile runs only its kind's code.
-enum class Store { kFloat, kAccumulate, kBf16, kBf16Gelu, kBf16GeluBackward };
+// What gemm_bf16_epilogue's tile products become, one kind per launch (GemmEpilogue): each kind is
+// its own loop, so that a tile runs only its kind's code.
+enum class Store { kAccumulate, kBf16, kBf16Gelu, kBf16GeluBackward };
 
 // Eight floats (32 bytes) from and to global memory.
 __device__ void load_floats(const float* p, float (&v)[kVector]) {
@@ -269,11 +325,8 @@ __device__ void store_bf16s(__nv_bfloat16* p, const float (&v)[kVector]) {
 // Eight neighbouring products v of one row into the output, at element `index` of the M x N
 // output, column `col` (a multiple of 8, as N is: the eight are inside the output or outside it).
 template <Store kStore>
-__device__ void store_vector(const Output& out, int index, int col, float (&v)[kVector]) {
-    const GemmEpilogue& e = out.epilogue;
-    if constexpr (kStore == Store::kFloat) {
-        store_floats(out.c + index, v);
-    } else if constexpr (kStore == Store::kAccumulate) {
+__device__ void store_vector(const GemmEpilogue& e, int index, int col, float (&v)[kVector]) {
+    if constexpr (kStore == Store::kAccumulate) {
         float* const c = e.accumulate + index;
         float sum[kVector];
         load_floats(c, sum);
@@ -312,17 +365,19 @@ __device__ int staged(int row, int col) {
     return row * kChunkColumns + ((col / 4) ^ pattern) * 4 + col % 4;
 }
 
-// A consumer's 64 x 256 accumulators into the output at (row0 + 64 consumer, col0), through
-// shared memory: each warp holds 16 of the rows (the wgmma D layout: registers 4 j + {0, 1} are
-// two neighbouring columns of one row, 4 j + {2, 3} the same eight rows below), and stages them a
-// chunk of kChunkColumns columns at a time in its own `staging` (no other warp reads it: a
+// A consumer's 64 x 256 accumulators into the epilogue's output at (row0 + 64 consumer, col0),
+// through shared memory: each warp holds 16 of the rows (the wgmma D layout: registers 4 j + {0, 1}
+// are two neighbouring columns of one row, 4 j + {2, 3} the same eight rows below), and stages them
+// a chunk of kChunkColumns columns at a time in its own `staging` (no other warp reads it: a
 // __syncwarp orders the writes and the reads), then reads them back by rows, 8 columns per thread,
 // applies the kind's epilogue and stores whole 16-byte vectors (32 bytes of float): every sector
 // a warp writes, written whole, and the kind's code once per chunk instead of once per register
-// pair. Every matrix has fewer than 2^31 elements: an int index holds.
+// pair. (gemm_bf16's float C needs none of it: there four threads' register pairs are already
+// 32 contiguous bytes, a whole sector, and readable::store_tile stores them as they are.) Every
+// matrix has fewer than 2^31 elements: an int index holds.
 template <Store kStore>
-__device__ void store_tile_as(const float (&acc)[kAccumulators], const Output& out, int M, int N,
-                              int row0, int col0, int consumer, int thread, float* staging) {
+__device__ void store_tile_as(const float (&acc)[kAccumulators], const GemmEpilogue& e, int M,
+                              int N, int row0, int col0, int consumer, int thread, float* staging) {
     const int warp = thread / 32, lane = thread % 32;
     float* const mine = staging + (consumer * kConsumerWarps + warp) * kStagingFloats;
     const int first_row = row0 + consumer * kWgmmaM + warp * kWarpRows;
@@ -346,35 +401,33 @@ __device__ void store_tile_as(const float (&acc)[kAccumulators], const Output& o
             const float4 hi = *reinterpret_cast<const float4*>(mine + staged(r, c + 4));
             float v[kVector] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             const int row = first_row + r, col = col0 + chunk * kChunkColumns + c;
-            if (row < M && col < N) store_vector<kStore>(out, row * N + col, col, v);
+            if (row < M && col < N) store_vector<kStore>(e, row * N + col, col, v);
         }
         __syncwarp();  // read back before the next chunk is staged over it
     }
 }
 
-__device__ void store_tile(const float (&acc)[kAccumulators], const Output& out, int M, int N,
+__device__ void store_tile(const float (&acc)[kAccumulators], const GemmEpilogue& e, int M, int N,
                            int row0, int col0, int consumer, int thread, float* staging) {
-    const GemmEpilogue& e = out.epilogue;
-    if (out.c)
-        store_tile_as<Store::kFloat>(acc, out, M, N, row0, col0, consumer, thread, staging);
-    else if (e.accumulate)
-        store_tile_as<Store::kAccumulate>(acc, out, M, N, row0, col0, consumer, thread, staging);
+    if (e.accumulate)
+        store_tile_as<Store::kAccumulate>(acc, e, M, N, row0, col0, consumer, thread, staging);
     else if (e.gelu_input)
-        store_tile_as<Store::kBf16Gelu>(acc, out, M, N, row0, col0, consumer, thread, staging);
+        store_tile_as<Store::kBf16Gelu>(acc, e, M, N, row0, col0, consumer, thread, staging);
     else if (e.gelu_backward_input)
-        store_tile_as<Store::kBf16GeluBackward>(acc, out, M, N, row0, col0, consumer, thread,
+        store_tile_as<Store::kBf16GeluBackward>(acc, e, M, N, row0, col0, consumer, thread,
                                                 staging);
     else
-        store_tile_as<Store::kBf16>(acc, out, M, N, row0, col0, consumer, thread, staging);
+        store_tile_as<Store::kBf16>(acc, e, M, N, row0, col0, consumer, thread, staging);
 }
 
 // What the epilogue of a consumer's 64 rows of a tile will read from global memory
-// (gelu_backward_input, or accumulate), asked of L2 when the tile's main loop starts: the
-// epilogue's loads then wait for L2, not for DRAM, and its chunks one after the other cost
-// little. One 128-byte line per thread and step.
-__device__ void prefetch_epilogue(const Output& out, int M, int N, int row0, int col0, int consumer,
-                                  int thread) {
-    const GemmEpilogue& e = out.epilogue;
+// (gelu_backward_input, or accumulate), asked of L2 when the tile's main loop starts (the unit
+// with its first k tile: a whole tile, or the share of the contributor that usually finishes a
+// shared one last, since it reaches the tile at the end of its share, the others at the start of
+// theirs): the epilogue's loads then wait for L2, not for DRAM, and its chunks one after the
+// other cost little. One 128-byte line per thread and step.
+__device__ void prefetch_epilogue(const GemmEpilogue& e, int M, int N, int row0, int col0,
+                                  int consumer, int thread) {
     const char* base = e.accumulate ? reinterpret_cast<const char*>(e.accumulate)
                                     : reinterpret_cast<const char*>(e.gelu_backward_input);
     if (base == nullptr) return;
@@ -394,20 +447,25 @@ __device__ void consumer_barrier(int consumer) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kWarpgroupThreads) : "memory");
 }
 
-__device__ float4* partial_of(const Splits& splits, const Unit& unit, int split, int consumer) {
-    const long long slot =
-        (static_cast<long long>(unit.tile) * splits.count + split) * kConsumers + consumer;
-    return reinterpret_cast<float4*>(splits.partials) +
-           slot * (kAccumulators / 4) * kWarpgroupThreads;
+// Contributor `block`'s partial of Stream-K position p, this consumer's part (Schedule).
+__device__ float4* partial_of(const Schedule& schedule, int p, int block, int consumer) {
+    return reinterpret_cast<float4*>(schedule.partials) +
+           (static_cast<long long>(p + block) * kPartialFloats +
+            consumer * kAccumulators * kWarpgroupThreads) /
+               4;
 }
 
-// A consumer's share of a split tile: its partial sums go to the workspace and are counted; the
-// consumer that counts the tile's last split (whichever block that is) adds every split's
-// partial, in split order (the same bits whatever the order they finished in), into acc, and
-// returns true: it stores the tile. The others return false.
-__device__ bool gather_splits(float (&acc)[kAccumulators], const Splits& splits, const Unit& unit,
-                              int consumer, int thread, int* last_split) {
-    float4* mine = partial_of(splits, unit, unit.split, consumer);
+// A consumer's segment of a tile shared by several blocks: its partial sums go to the workspace
+// and are counted; the consumer that counts the tile's last contributor (whichever block that
+// is) adds every contributor's partial, in contributor order from zero (the same bits whatever
+// the order they finished in), into acc, and returns true: it stores the tile. The others return
+// false. No block waits for another: a block's segments never depend on one still to run.
+__device__ bool gather_partials(float (&acc)[kAccumulators], const Schedule& schedule, int k_tiles,
+                                const Unit& unit, int consumer, int thread, int* last_arrival) {
+    const long long start = static_cast<long long>(unit.position) * k_tiles;
+    const int first = block_of(schedule, k_tiles, start);
+    const int last = block_of(schedule, k_tiles, start + k_tiles - 1);
+    float4* mine = partial_of(schedule, unit.position, blockIdx.x, consumer);
 #pragma unroll
     for (int q = 0; q < kAccumulators / 4; ++q)
         mine[q * kWarpgroupThreads + thread] =
@@ -415,18 +473,19 @@ __device__ bool gather_splits(float (&acc)[kAccumulators], const Splits& splits,
     __threadfence();  // this thread's partial is visible to the whole GPU before it is counted
     consumer_barrier(consumer);
     if (thread == 0) {
-        int* arrivals = splits.arrivals + unit.tile * kConsumers + consumer;
-        const bool last = atomicAdd(arrivals, 1) == splits.count - 1;
-        if (last) *arrivals = 0;  // the next launch counts from 0
-        *last_split = last;
+        int* arrivals = schedule.arrivals + unit.position * kConsumers + consumer;
+        // atomicAdd returns the count before this one: the last of n contributors sees n - 1.
+        const bool is_last = atomicAdd(arrivals, 1) == last - first;
+        if (is_last) *arrivals = 0;  // the next launch counts from 0
+        *last_arrival = is_last;
     }
     consumer_barrier(consumer);
-    if (!*last_split) return false;
-    __threadfence();  // the other splits' partials, counted before ours, are read after the count
+    if (!*last_arrival) return false;
+    __threadfence();  // the other contributors' partials, counted before ours, are read after
 #pragma unroll
     for (int r = 0; r < kAccumulators; ++r) acc[r] = 0.0f;
-    for (int s = 0; s < splits.count; ++s) {
-        const float4* partial = partial_of(splits, unit, s, consumer);
+    for (int block = first; block <= last; ++block) {
+        const float4* partial = partial_of(schedule, unit.position, block, consumer);
 #pragma unroll
         for (int q = 0; q < kAccumulators / 4; ++q) {
             // __ldcg: from L2, where the other SMs' stores are; never a stale line of this L1.
@@ -440,27 +499,29 @@ __device__ bool gather_splits(float (&acc)[kAccumulators], const Splits& splits,
     return true;
 }
 
-// The persistent kernel's body: one block per SM walks the units (grouped order, a stride of the
-// grid), the producer thread runs ahead into the next unit's copies, the consumers release each
-// unit's last stage before storing it. Both roles count the same loads: load number `load` (over
-// all the block's units) goes to stage load % kStages in pass load / kStages of the ring.
-template <GemmMajor kA, GemmMajor kB>
+// The persistent kernel's body: one block per SM walks its units (Schedule: its Stream-K
+// segments, then its data-parallel tiles), the producer thread runs ahead into the next unit's
+// copies, the consumers release each unit's last stage before storing it. Both roles count the
+// same loads: load number `load` (over all the block's units) goes to stage load % kStages in
+// pass load / kStages of the ring. Output: gemm_bf16's float C (a float*: every unit whole, its
+// schedule data-parallel), or a GemmEpilogue.
+template <GemmMajor kA, GemmMajor kB, class Output>
 __device__ __forceinline__ void persistent_gemm(int M, int N, int K, const CUtensorMap* a_map,
                                                 const CUtensorMap* b_map, const Output& out,
-                                                const Splits& splits) {
+                                                const Schedule& schedule) {
+    constexpr bool kEpilogue = std::is_same_v<Output, GemmEpilogue>;
     extern __shared__ __align__(1024) unsigned char shared_raw[];
     __shared__ std::uint64_t full[kStages];   // phase done: the stage's copies have landed
     __shared__ std::uint64_t empty[kStages];  // phase done: every consumer is done reading it
-    __shared__ int last_split[kConsumers];    // gather_splits' answer, per consumer
+    __shared__ int last_arrival[kConsumers];  // gather_partials' answer, per consumer
     unsigned char* const stages =
         shared_raw + (1024 - hopper::shared_address(shared_raw) % 1024) % 1024;
     const auto a_tile = [&](int stage) { return stages + stage * kStageBytes; };
     const auto b_tile = [&](int stage) { return stages + stage * kStageBytes + kATileBytes; };
-    float* const staging = reinterpret_cast<float*>(stages + kStages * kStageBytes);
 
     const int tiles_m = course::ceil_div(M, kBM), tiles_n = course::ceil_div(N, kBN);
     const int k_tiles = course::ceil_div(K, kBK);
-    const int units = tiles_m * tiles_n * splits.count;
+    const Share share = share_of(schedule, tiles_m * tiles_n, k_tiles);
     const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
     if (threadIdx.x == 0) {
@@ -476,8 +537,8 @@ __device__ __forceinline__ void persistent_gemm(int M, int N, int K, const CUten
         hopper::set_registers_decrease<kProducerRegisters>();
         if (threadIdx.x == 0) {
             int load = 0;
-            for (int u = blockIdx.x; u < units; u += gridDim.x) {
-                const Unit unit = unit_of(u, tiles_m, tiles_n, k_tiles, splits.count);
+            for (int n = 0; n < share.units; ++n) {
+                const Unit unit = unit_of(schedule, share, tiles_m, tiles_n, k_tiles, n);
                 const int bytes = stage_bytes<kA, kB>(unit, M, N);
                 for (int kt = unit.first; kt < unit.last; ++kt, ++load) {
                     const int stage = load % kStages;
@@ -493,9 +554,12 @@ __device__ __forceinline__ void persistent_gemm(int M, int N, int K, const CUten
         const int consumer = warpgroup - 1;
         const int thread = threadIdx.x % kWarpgroupThreads;
         int load = 0;
-        for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const Unit unit = unit_of(u, tiles_m, tiles_n, k_tiles, splits.count);
-            prefetch_epilogue(out, M, N, unit.row0, unit.col0, consumer, thread);
+        for (int n = 0; n < share.units; ++n) {
+            const Unit unit = unit_of(schedule, share, tiles_m, tiles_n, k_tiles, n);
+            if constexpr (kEpilogue) {
+                if (unit.first == 0)
+                    prefetch_epilogue(out, M, N, unit.row0, unit.col0, consumer, thread);
+            }
             float acc[kAccumulators] = {};
             for (int kt = unit.first; kt < unit.last; ++kt, ++load) {
                 const int stage = load % kStages;
@@ -511,9 +575,15 @@ __device__ __forceinline__ void persistent_gemm(int M, int N, int K, const CUten
             hopper::fence_accumulators(acc);
             hopper::mbarrier_arrive(&empty[(load - 1) % kStages]);
 
-            if (splits.count == 1 ||
-                gather_splits(acc, splits, unit, consumer, thread, &last_split[consumer]))
-                store_tile(acc, out, M, N, unit.row0, unit.col0, consumer, thread, staging);
+            if constexpr (kEpilogue) {
+                const bool whole = unit.first == 0 && unit.last == k_tiles;
+                if (whole || gather_partials(acc, schedule, k_tiles, unit, consumer, thread,
+                                             &last_arrival[consumer]))
+                    store_tile(acc, out, M, N, unit.row0, unit.col0, consumer, thread,
+                               reinterpret_cast<float*>(stages + kStages * kStageBytes));
+            } else {
+                readable::store_tile(out, acc, M, N, unit.row0, unit.col0, consumer, thread);
+            }
         }
     }
 }
@@ -526,9 +596,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_fast_kernel(int M, int N, int K, const __grid_constant__ CUtensorMap a_map,
                            const __grid_constant__ CUtensorMap b_map, float* __restrict__ C) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    Output out;
-    out.c = C;
-    persistent_gemm<GemmMajor::kK, GemmMajor::kK>(M, N, K, &a_map, &b_map, out, Splits{});
+    persistent_gemm<GemmMajor::kK, GemmMajor::kK>(M, N, K, &a_map, &b_map, C, Schedule{});
 #endif
 }
 
@@ -537,10 +605,10 @@ template <GemmMajor kA, GemmMajor kB>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_epilogue_kernel(int M, int N, int K, const __grid_constant__ CUtensorMap a_map,
                          const __grid_constant__ CUtensorMap b_map,
-                         const __grid_constant__ Output out,
-                         const __grid_constant__ Splits splits) {
+                         const __grid_constant__ GemmEpilogue epilogue,
+                         const __grid_constant__ Schedule schedule) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    persistent_gemm<kA, kB>(M, N, K, &a_map, &b_map, out, splits);
+    persistent_gemm<kA, kB>(M, N, K, &a_map, &b_map, epilogue, schedule);
 #endif
 }
 
@@ -553,9 +621,10 @@ void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course
     if (course::kFp16TensorCores || major != 9 ||
         course::compiled_arch(wgmma_gemm_fast_kernel) != 90)
         throw std::runtime_error("wgmma_gemm: needs a Hopper GPU and device code for sm_90a");
+    // The stages alone: the float C is stored from registers, without the epilogue's staging.
     static const std::size_t available = course::opt_in_shared_bytes(wgmma_gemm_fast_kernel);
-    if (available < static_cast<std::size_t>(kFastSharedBytes))
-        throw std::runtime_error("wgmma_gemm: needs " + std::to_string(kFastSharedBytes) +
+    if (available < static_cast<std::size_t>(kSharedBytes))
+        throw std::runtime_error("wgmma_gemm: needs " + std::to_string(kSharedBytes) +
                                  " bytes of shared memory per block; " + std::to_string(available) +
                                  " here");
     const CUtensorMap a_map = hopper::tensor_map(A, M, K, kBM, kBK);
@@ -563,7 +632,7 @@ void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course
     // One block per SM (a block holds most of an SM's shared memory), none more than tiles.
     const int tiles = course::ceil_div(M, kBM) * course::ceil_div(N, kBN);
     const int blocks = tiles < multiprocessors ? tiles : multiprocessors;
-    wgmma_gemm_fast_kernel<<<blocks, kThreads, kFastSharedBytes>>>(M, N, K, a_map, b_map, C);
+    wgmma_gemm_fast_kernel<<<blocks, kThreads, kSharedBytes>>>(M, N, K, a_map, b_map, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -571,7 +640,7 @@ void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course
 
 namespace {
 
-using EpilogueKernel = void (*)(int, int, int, CUtensorMap, CUtensorMap, Output, Splits);
+using EpilogueKernel = void (*)(int, int, int, CUtensorMap, CUtensorMap, GemmEpilogue, Schedule);
 
 // The tensor map of an operand with `rows` rows of the product (M for A, N for B): stored rows x K
 // where it is K-major (boxes of tile_rows x kBK), K x rows where MN-major (boxes of kBK x kBox).
@@ -584,46 +653,80 @@ CUtensorMap operand_map(const __nv_bfloat16* operand, GemmMajor major, int rows,
                                   : hopper::tensor_map(matrix, K, rows, kBK, kBox);
 }
 
-// How many blocks share each output tile's K where the product is added into float: the count
-// whose busiest SM has the fewest k tiles to do, counting kPartialCost per partial written and,
-// for the last split, per partial read back. 768 x 768 x 16384 on 132 SMs: 7 (126 blocks instead
-// of 18); 50304 x 768 x 16384 (1179 tiles): 1.
-int split_count(int tiles, int k_tiles, int multiprocessors) {
-    int best = 1;
-    long long best_cost =
+// A launch's share-out (Schedule) and grid.
+struct Plan {
+    int sk_tiles = 0, sk_classes = 1, blocks = 0;
+};
+
+// Data-parallel, or Stream-K over some of the tiles: the estimate of the busiest block's time,
+// in k tiles (kPartialCost), decides. Data-parallel, ceil(T / P) Kt for T tiles of Kt k tiles on
+// P SMs: the last wave's idle SMs wait (72 tiles on 132 SMs: 60 SMs idle the whole product).
+// Stream-K over g blocks, S of the k iterations: ceil(S / g), plus kPartialCost for each of at
+// most 2 partials the block writes (where its share begins and ends inside a tile) and each of
+// the c partials the last contributor of a tile reads back (c: a tile's contributors, at most
+// ceil((Kt - 1) / floor(S / g)) + 1). The hybrid where T >= P (Osama et al.'s "data-parallel +
+// two-tile Stream-K", CUTLASS's default): the last partial wave and one full wave by Stream-K
+// (each block 1 to 2 tiles' iterations: c at most 3), the other waves whole; where T < P, every
+// tile by Stream-K over the g in (T, P] of least estimate. Stream-K only where its estimate saves
+// an eighth of the data-parallel one: the partials' cost is a napkin figure (L2 shared with the
+// main loop's copies), so a few percent is within its error, and the trainer's weight gradients
+// save 40-80% by it (3072 x 768 x 16384, 72 tiles, Kt 256: 256 against 140 + 2 (2 + 3) = 150;
+// 768 x 768: 256 against 35 + 2 (2 + 9) = 57), where a product with many tiles has a nearly full
+// last wave (the LM head's 50304 x 768 x 16384, 1179 tiles: 8.9 waves, 2304 against 2295) and
+// stays whole. The partials: at most S_tiles + g - 1 slots (Schedule), under 3 P: 50 MB on 132
+// SMs.
+Plan schedule(int tiles, int k_tiles, int multiprocessors) {
+    const long long data_parallel =
         static_cast<long long>(course::ceil_div(tiles, multiprocessors)) * k_tiles;
-    for (int count = 2; count <= std::min(kMaxSplits, k_tiles); ++count) {
-        const long long cost =
-            static_cast<long long>(course::ceil_div(tiles * count, multiprocessors)) *
-                (course::ceil_div(k_tiles, count) + kPartialCost) +
-            static_cast<long long>(count) * kPartialCost;
-        if (cost < best_cost) best = count, best_cost = cost;
-    }
+    Plan best{0, 1, std::min(tiles, multiprocessors)};
+    long long best_cost = data_parallel;
+    const auto consider = [&](int sk_tiles, int blocks) {
+        const long long iterations = static_cast<long long>(sk_tiles) * k_tiles;
+        if (blocks > iterations) return;  // every block has at least one k tile
+        const long long contributors = course::ceil_div(k_tiles - 1, iterations / blocks) + 1;
+        const long long cost = static_cast<long long>(tiles - sk_tiles) / blocks * k_tiles +
+                               course::ceil_div(iterations, blocks) +
+                               kPartialCost * (2 + contributors);
+        if (8 * cost < 7 * data_parallel && cost < best_cost) {
+            best = {sk_tiles, sk_tiles / std::gcd(sk_tiles, blocks), blocks};
+            best_cost = cost;
+        }
+    };
+    if (tiles < multiprocessors)
+        for (int blocks = tiles + 1; blocks <= multiprocessors; ++blocks) consider(tiles, blocks);
+    else if (tiles % multiprocessors != 0)
+        consider(multiprocessors + tiles % multiprocessors, multiprocessors);
     return best;
 }
 
-// The split products' workspace, grown to the largest request and reused (the products run one
-// after another on the default stream): the partial tiles, and the arrival counts, zeroed when
-// made (every launch leaves them at 0).
-Splits split_workspace(int count, int tiles) {
+// The Stream-K workspace, grown to the largest request and reused (the products run one after
+// another on the default stream): `slots` partial tiles, and the arrival counts of `positions`
+// tiles, zeroed when made (every launch leaves them at 0).
+Schedule stream_k_workspace(const Plan& plan) {
     static float* partials = nullptr;
     static int* arrivals = nullptr;
     static std::size_t partial_floats = 0, arrival_ints = 0;
+    Schedule schedule;
+    schedule.sk_tiles = plan.sk_tiles;
+    schedule.sk_classes = plan.sk_classes;
+    if (plan.sk_tiles == 0) return schedule;
     const std::size_t floats =
-        static_cast<std::size_t>(tiles) * count * kConsumers * kAccumulators * kWarpgroupThreads;
+        static_cast<std::size_t>(plan.sk_tiles + plan.blocks - 1) * kPartialFloats;
     if (floats > partial_floats) {
         if (partials) CUDA_CHECK(cudaFree(partials));
         CUDA_CHECK(cudaMalloc(&partials, floats * sizeof(float)));
         partial_floats = floats;
     }
-    const std::size_t ints = static_cast<std::size_t>(tiles) * kConsumers;
+    const std::size_t ints = static_cast<std::size_t>(plan.sk_tiles) * kConsumers;
     if (ints > arrival_ints) {
         if (arrivals) CUDA_CHECK(cudaFree(arrivals));
         CUDA_CHECK(cudaMalloc(&arrivals, ints * sizeof(int)));
         CUDA_CHECK(cudaMemset(arrivals, 0, ints * sizeof(int)));
         arrival_ints = ints;
     }
-    return {count, partials, arrivals};
+    schedule.partials = partials;
+    schedule.arrivals = arrivals;
+    return schedule;
 }
 
 }  // namespace
@@ -657,13 +760,8 @@ void gemm_bf16_epilogue(int M, int N, int K, const __nv_bfloat16* A, GemmMajor a
     const CUtensorMap a_map = operand_map(A, a_major, M, K, kBM);
     const CUtensorMap b_map = operand_map(B, b_major, N, K, kBN);
     const int tiles = course::ceil_div(M, kBM) * course::ceil_div(N, kBN);
-    const int count =
-        epilogue.accumulate ? split_count(tiles, course::ceil_div(K, kBK), multiprocessors) : 1;
-    const Splits splits = count > 1 ? split_workspace(count, tiles) : Splits{};
-    Output out;
-    out.epilogue = epilogue;
-    // One block per SM, none more than the units of work.
-    const int blocks = std::min(tiles * count, multiprocessors);
-    kernel<<<blocks, kThreads, kFastSharedBytes>>>(M, N, K, a_map, b_map, out, splits);
+    const Plan plan = schedule(tiles, course::ceil_div(K, kBK), multiprocessors);
+    const Schedule work = stream_k_workspace(plan);
+    kernel<<<plan.blocks, kThreads, kFastSharedBytes>>>(M, N, K, a_map, b_map, epilogue, work);
     CUDA_CHECK_LAUNCH();
 }
