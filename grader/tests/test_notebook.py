@@ -88,6 +88,19 @@ def test_it_sets_up_the_course_grades_profiles_runs_the_tensor_cores_and_trains(
     assert 'os.environ.get("COURSE_DIR"' in source  # a course already there is not cloned
 
 
+
+def test_the_acceptance_scripts_cell_numbers_are_the_notebooks_sections():
+    """dev/accept_notebook.sh selects cells by number: 2 and 3 set up, 5 configures the grader's
+    tree, 1-8 end with the report, 9-11 are modules 05 and 07 and the trainer."""
+    script = (REPO / "dev" / "accept_notebook.sh").read_text()
+    for selection in ("a) cells=1-8 ", "b) cells=2,3,9-10 ", "c) cells=2,3,11 ", "cells=2,3,5,11"):
+        assert selection in script, selection
+    titles = {cell.number: cell.title for cell in run_notebook.read_cells(NOTEBOOK)}
+    assert len(titles) == 11
+    for number, words in {2: "The course", 3: "Install", 5: "Grade module 01", 8: "report",
+                          9: "module 05", 10: "module 07", 11: "Train"}.items():
+        assert words in titles[number], (number, titles[number])
+
 # ---- the runner ----
 
 def test_cells_share_a_namespace_and_their_output_comes_in_order(tmp_path):
