@@ -664,6 +664,27 @@ course::PairTiming time_forward(const ForwardRun<Elem>& run, const Baselines<Ele
     return timing;
 }
 
+// The bf16 forward baselines, in order of preference: cuDNN's fused attention where it runs here,
+// else cuBLAS's materialized attention (the two share one signature).
+using Bf16Attention = void (*)(const std::uint16_t* Q, const std::uint16_t* K,
+                               const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                               int heads, int T, int D, float scale, bool causal);
+inline BaselineRun<std::uint16_t> bf16_attention_baseline(Bf16Attention attention) {
+    return
+        [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
+            const auto& s = c.shape;
+            attention(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
+                      static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
+                      c.scale(), c.causal);
+        };
+}
+inline Baselines<std::uint16_t> bf16_attention_baselines() {
+    return {
+        {"cudnn_attention_bf16", bf16_attention_baseline(course::baseline::cudnn_attention_bf16)},
+        {"cublas_attention_bf16",
+         bf16_attention_baseline(course::baseline::cublas_attention_bf16)}};
+}
+
 // Device memory a timed forward case needs besides the baselines' scratch: inputs, two outputs
 // and the harness's copies (two of each), the GPU reference's float copies, and the L2 flush
 // buffer.
