@@ -35,7 +35,6 @@ constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // the producer 
 constexpr int kWgmmaM = 64, kWgmmaK = 16;                       // wgmma.m64nNk16
 constexpr int kChunkCols = 64;  // bf16 per 128-byte swizzled row: a tile is stored in such chunks
 constexpr int kScores = kWgmmaM * kBlockN / kWarpgroupThreads;  // S's accumulators per thread
-constexpr float kLog2e = 1.4426950408889634f;
 // Registers per thread after the split (setmaxnreg), as in module 05's wgmma_gemm: the producer
 // warpgroup keeps 24, each consumer thread gets 240 (S's 64 accumulators, O's up to 64, the rest).
 constexpr int kProducerRegisters = 24;
@@ -92,12 +91,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // TODO: warpgroups 1 and 2 are the consumers (hopper::set_registers_increase<
     //       kConsumerRegisters>()), consumer c owning query rows 64 c .. 64 c + 63 of the tile.
     //       Wait for q_full (parity 0), then per K/V tile:
-    //       - wait for full[stage]; S = Q K^T: hopper::fence_accumulators(s),
-    //       hopper::wgmma_fence(),
-    //         one hopper::wgmma_m64n128k16<0> per k16 step of D (descriptors course::
-    //         wgmma_descriptor_k_major_128b: 32 bytes per step, the next 64 columns a chunk
-    //         further), hopper::wgmma_commit(); hopper::wgmma_wait<0>() and fence s and o again.
-    //       - release the previous tile's stage (hopper::mbarrier_arrive on its empty barrier).
+    //       - wait for full[stage]; S = Q K^T: hopper::fence_accumulators(s) and
+    //         hopper::wgmma_fence(), one hopper::wgmma_m64n128k16<0> per k16 step of D
+    //         (descriptors course::wgmma_descriptor_k_major_128b: 32 bytes per step, the next 64
+    //         columns a chunk further), hopper::wgmma_commit(); hopper::wgmma_wait<0>(), fence s.
     //       - mask (keys past T; causal, keys after the query), online softmax on the
     //         accumulators (course::wgmma_d_element: accumulator 4 n + i is row g + 8 (i / 2),
     //         column 8 n + 2 t + i % 2, as flash_tc's fragments), rescale o.
@@ -107,8 +104,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     //         reads it.
     //       - O += P V: one wgmma per 16 keys, A = P (K-major), B = V N-major
     //         (hopper::wgmma_m64n64k16<1> or wgmma_m64n128k16<1>; course::
-    //         wgmma_descriptor_mn_major_128b(v + 16 * 128 * step, kBlockN * 128)), commit.
-    //       After the loop, hopper::wgmma_wait<0>() and a last fence.
+    //         wgmma_descriptor_mn_major_128b(v + 16 * 128 * step, kBlockN * 128)), commit,
+    //         hopper::wgmma_wait<0>(), fence o; then release the stage (hopper::mbarrier_arrive
+    //         on empty[stage]).
     // TODO: add the 4 lanes' row sums, write O (bf16) and L = scale * m + logf(l) for rows < T.
 #endif
 }
