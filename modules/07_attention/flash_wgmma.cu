@@ -57,6 +57,7 @@ struct Smem {
 
 static_assert(kBlockM == kConsumers * kWgmmaM, "one 64-row wgmma per consumer warpgroup");
 static_assert(kChunkCols * 2 == course::kSwizzleRowBytes, "a chunk's row is one swizzled row");
+static_assert(Smem<64>::kChunks == 1 && Smem<128>::kChunks == 2, "D = 64 or 128: whole chunks");
 static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box side is at most 256 elements");
 static_assert(kBlockN % kChunkCols == 0 && kBlockN % kWgmmaK == 0, "whole chunks, whole k16 steps");
 static_assert(kScores == 64, "hopper::wgmma_m64n128k16 has 64 accumulators per thread");

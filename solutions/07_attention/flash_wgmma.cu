@@ -38,7 +38,6 @@ constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // the producer 
 constexpr int kWgmmaM = 64, kWgmmaK = 16;                       // wgmma.m64nNk16
 constexpr int kChunkCols = 64;  // bf16 per 128-byte swizzled row: a tile is stored in such chunks
 constexpr int kScores = kWgmmaM * kBlockN / kWarpgroupThreads;  // S's accumulators per thread
-constexpr float kLog2e = 1.4426950408889634f;
 // Registers per thread after the split (setmaxnreg), as in module 05's wgmma_gemm: the producer
 // warpgroup keeps 24, each consumer thread gets 240 (S's 64 accumulators, O's up to 64, the rest).
 constexpr int kProducerRegisters = 24;
@@ -61,6 +60,7 @@ struct Smem {
 
 static_assert(kBlockM == kConsumers * kWgmmaM, "one 64-row wgmma per consumer warpgroup");
 static_assert(kChunkCols * 2 == course::kSwizzleRowBytes, "a chunk's row is one swizzled row");
+static_assert(Smem<64>::kChunks == 1 && Smem<128>::kChunks == 2, "D = 64 or 128: whole chunks");
 static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box side is at most 256 elements");
 static_assert(kBlockN % kChunkCols == 0 && kBlockN % kWgmmaK == 0, "whole chunks, whole k16 steps");
 static_assert(kScores == 64, "hopper::wgmma_m64n128k16 has 64 accumulators per thread");
@@ -195,6 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float o[kD / 2] = {};                       // O's accumulators: 64 rows x kD
     float row_max[2] = {-INFINITY, -INFINITY};  // raw-score maxima of rows g and g + 8
     float row_sum[2] = {0.0f, 0.0f};  // this thread's part of the sums of exp (4 lanes per row)
+    constexpr float kLog2e = 1.4426950408889634f;
     const float scale_log2 = scale * kLog2e;  // exp(scale * x) = exp2(scale_log2 * x)
 
     hopper::mbarrier_wait(&q_full, 0);
