@@ -93,6 +93,20 @@ function(course_exercise_architectures variable min_sm)
   set(${variable} "${architectures}" PARENT_SCOPE)
 endfunction()
 
+# The definitions of the tensor-core exercises' element type (course/tensor_element.h): fp16
+# (COURSE_FP16_TENSOR_CORES) where the oldest architecture the tree builds for has no bf16 tensor
+# cores (below 80: a T4, whose fp16 ones the exercises then use), bf16 otherwise. Set on the
+# exercises' targets only: the trainer, which calls module 07's kernels in bf16, keeps its contract.
+function(course_tensor_element_definitions variable architectures)
+  set(definitions "")
+  foreach(architecture IN LISTS architectures)
+    if(architecture MATCHES "^([0-9]+)" AND CMAKE_MATCH_1 LESS 80)
+      set(definitions COURSE_FP16_TENSOR_CORES)
+    endif()
+  endforeach()
+  set(${variable} "${definitions}" PARENT_SCOPE)
+endfunction()
+
 # The variants of an exercise whose library this build lacks: each a checker that skips its one
 # test with `reason` (the grader then reports skipped, with it). Same target names as
 # course_exercise makes, so that the grader finds them.
@@ -152,8 +166,10 @@ function(course_exercise)
 
   add_library(${base}.checker OBJECT "${module_dir}/${EX_CHECKER}")
   target_include_directories(${base}.checker PRIVATE "${module_dir}")
+  course_tensor_element_definitions(element_definitions "${CMAKE_CUDA_ARCHITECTURES}")
   target_compile_definitions(${base}.checker PRIVATE COURSE_MIN_SM=${EX_MIN_SM}
-                                                     COURSE_MIN_GPUS=${EX_MIN_GPUS})
+                                                     COURSE_MIN_GPUS=${EX_MIN_GPUS}
+                                                     ${element_definitions})
   target_link_libraries(${base}.checker PRIVATE course::harness)
   if(EX_LIBRARY STREQUAL "nccl")
     target_link_libraries(${base}.checker PRIVATE course_nccl)
@@ -203,6 +219,7 @@ function(course_exercise)
     # course::exercise is all a stub may use; the harness is the checker's, and the baselines
     # are loaded by the checker (dlopen: CMAKE_DL_LIBS), never linked.
     target_link_libraries(${target} PRIVATE course::exercise course::harness ${CMAKE_DL_LIBS})
+    target_compile_definitions(${target} PRIVATE ${element_definitions})
     if(EX_LIBRARY STREQUAL "nccl")
       target_link_libraries(${target} PRIVATE course_nccl)
     endif()

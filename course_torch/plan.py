@@ -44,6 +44,12 @@ KERNELS = (
     Kernel("gemm_bf16", ("05_gemm_advanced/wgmma_gemm", "05_gemm_advanced/mma_pipeline")),
 )
 
+# What an exercise's headers reach in the harness, which the checkers link and the extension must
+# compile in itself: course/tensor_map.h's driver entry point (module 05's TMA, wgmma_gemm; without
+# it the extension does not load, an undefined symbol). The trainer's libraries link the same file
+# (trainer/CMakeLists.txt, trainer_kernel_support).
+SUPPORT = ("common/src/tensor_map.cpp",)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -52,13 +58,15 @@ class Plan:
     kernels: tuple[tuple[str, Path], ...]  # (exercise, its file) per Kernel
     binding_cpp: Path
     binding_py: Path
+    support: tuple[Path, ...]  # the harness's sources the exercises' headers reach (SUPPORT)
     include_dirs: tuple[Path, ...]
     cuda_flags: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
 
     @property
     def sources(self) -> list[str]:
-        return [str(self.binding_cpp), *(str(path) for _, path in self.kernels)]
+        return [str(self.binding_cpp), *(str(path) for _, path in self.kernels),
+                *(str(path) for path in self.support)]
 
     @property
     def name(self) -> str:
@@ -111,7 +119,8 @@ def make_plan(course: Course, variant: str, sm: int, solutions: Path | None = No
     include_dirs = (course.root / "common" / "include",
                     *(course.root / "modules" / module for module in modules))
     flags = ("-std=c++17", "-O3", "-lineinfo", *arch_flags(sm))
-    return Plan(variant, sm, tuple(kernels), cpp, py, include_dirs, flags, tuple(notes))
+    support = tuple(course.root / path for path in SUPPORT)
+    return Plan(variant, sm, tuple(kernels), cpp, py, support, include_dirs, flags, tuple(notes))
 
 
 def schemas(root: Path) -> list[str]:
@@ -122,7 +131,8 @@ def schemas(root: Path) -> list[str]:
 
 
 def missing_files(plan: Plan) -> list[Path]:
-    return [path for path in (plan.binding_cpp, plan.binding_py, *(p for _, p in plan.kernels))
+    return [path for path in (plan.binding_cpp, plan.binding_py, *(p for _, p in plan.kernels),
+                              *plan.support)
             if not path.is_file()]
 
 

@@ -16,29 +16,29 @@ from grader import cli, mutants  # noqa: E402
 
 out = Path(os.environ.get("OUT", "build/mutant-output"))
 out.mkdir(parents=True, exist_ok=True)
-graded = mutants.grade
+run_one, graded = mutants._run_one, mutants.grade
+running = ""  # the planted bug being graded
+
+
+def run_one_named(tree, sources, mutant, log):
+    global running
+    running = mutant.name
+    return run_one(tree, sources, mutant, log)
 
 
 def grade_and_keep(tree, exercises, log):
-    """grader.mutants' grade, with each result's detail and full output written to $OUT."""
+    """grader.mutants' grade, with the result's detail and full output written to $OUT."""
     results = graded(tree, exercises, log)
-    name = os.environ["COURSE_MUTANT_NAME"]
     for result in results:
-        (out / f"{name}.txt").write_text(
+        (out / f"{running}.txt").write_text(
             "== detail (what the learner is shown)\n" + "\n".join(result.outcome.detail) +
             "\n== full output\n" + result.outcome.output, encoding="utf-8")
     return results
 
 
-def run_one_and_name(tree, sources, mutant, log):
-    os.environ["COURSE_MUTANT_NAME"] = mutant.name
-    return run_one(tree, sources, mutant, log)
-
-
 if len(sys.argv) < 3:
     sys.exit(__doc__)
-mutants.grade = grade_and_keep
-run_one, mutants._run_one = mutants._run_one, run_one_and_name
+mutants._run_one, mutants.grade = run_one_named, grade_and_keep
 selector, names = sys.argv[1], sys.argv[2:]
-args = ["check", selector, "--no-build", "--mutants"] + [a for n in names for a in ("--mutant", n)]
-cli.main(args)
+named = [arg for name in names for arg in ("--mutant", name)]
+cli.main(["check", selector, "--no-build", "--mutants", *named])

@@ -21,7 +21,9 @@ MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
 EXPECTABLE = (FAIL, CRASH, TIMEOUT)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
 OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "gpu_only": str, "file": str,
-                        "kernels": dict}
+                        "kernels": dict, "arch": int}
+# How an optional key's type is named in a problem.
+KEY_TYPES = {bool: "true or false", str: "a text", dict: "a table", int: "a number"}
 LOCATION = re.compile(r"^\S+:\d+$")
 
 
@@ -50,6 +52,10 @@ class Mutant:
     # A trainer exercise's: the ops its run pins, as solutions/<module>/kernels.toml would
     # (op, exercise), so that the kernel with the bug is the one that runs.
     kernels: tuple[tuple[str, str], ...] = ()
+    # Planted in the path a build for this architecture takes (75: the tensor-core exercises'
+    # fp16 path of a T4, course/tensor_element.h), so built in a tree of its own for it (on the
+    # emulator, COURSE_EMULATED_ARCH); 0: the tree's usual architecture.
+    arch: int = 0
 
     @property
     def needs_gpu(self) -> bool:
@@ -58,7 +64,7 @@ class Mutant:
 
     @property
     def label(self) -> str:
-        kind = "fast:" if self.fast else ""
+        kind = ("fast:" if self.fast else "") + (f"sm{self.arch}:" if self.arch else "")
         return f"{self.exercise.key}:{kind}{self.name}"
 
     @property
@@ -113,9 +119,12 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
         elif unknown := entry.keys() - {*MUTANT_KEYS, *OPTIONAL_MUTANT_KEYS}:
             problems.append(f"{where}: unknown key {', '.join(sorted(unknown))}")
         elif bad := [key for key, kind in OPTIONAL_MUTANT_KEYS.items()
-                     if key in entry and not isinstance(entry[key], kind)]:
-            problems.append(f"{where}: {bad[0]} must be "
-                            f"{'true or false' if OPTIONAL_MUTANT_KEYS[bad[0]] is bool else 'a text'}")
+                     if key in entry and (not isinstance(entry[key], kind) or
+                                          isinstance(entry[key], bool) != (kind is bool))]:
+            problems.append(f"{where}: {bad[0]} must be {KEY_TYPES[OPTIONAL_MUTANT_KEYS[bad[0]]]}")
+        elif entry.get("arch", 75) < 75:
+            problems.append(f"{where}: arch is a CUDA architecture the course builds for, 75 or "
+                            "more")
         elif entry.get("fast") and not exercises_by_id[entry["exercise"]].fast_solution:
             problems.append(f"{where}: fast = true, but '{entry['exercise']}' has no "
                             "fast_solution in its manifest")
@@ -129,7 +138,7 @@ def _parse(text: str, exercises_by_id: dict[str, Exercise]) -> tuple[list[Mutant
                                   *entry["replace"], entry["expect"], entry["message"],
                                   entry.get("fast", False), entry.get("memcheck", False),
                                   entry.get("gpu_only", ""), entry.get("file", ""),
-                                  tuple(entry.get("kernels", {}).items())))
+                                  tuple(entry.get("kernels", {}).items()), entry.get("arch", 0)))
     return mutants, problems
 
 
@@ -218,9 +227,8 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
     # Fresh modification times (shutil.copy, not copy2): ninja must never take a copy for older
     # than a binary built from an earlier mutant.
     shutil.copytree(course.root / "solutions", sources, copy_function=shutil.copy)
-    trees = {kind: BuildTree(course, kind, course.root / MUTANTS_TREES[kind],
-                             defines=(f"-DCOURSE_SOLUTIONS_DIR={sources}",))
-             for kind in ((EMULATED,) if variant == EMULATED else (SOLUTION, FAST))}
+    trees = {kind: _tree(course, kind, sources) for kind in
+             ((EMULATED,) if variant == EMULATED else (SOLUTION, FAST))}
     if variant == EMULATED:
         if any(mutant.needs_gpu for mutant in mutants):
             log("the emulated run takes the readable solutions' planted bugs only; those of the "
@@ -237,8 +245,20 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
     for exercise, outcome in unrunnable.items():
         log(f"the planted bugs of {exercise.key} are not run: {outcome.detail[0]}")
     mutants = [mutant for mutant in mutants if mutant.exercise not in unrunnable]
-    return [_run_one(trees[EMULATED if variant == EMULATED else FAST if mutant.fast else SOLUTION],
-                     sources, mutant, log) for mutant in mutants]
+    return [_run_one(_tree(course, EMULATED if variant == EMULATED else FAST if mutant.fast
+                           else SOLUTION, sources, mutant.arch), sources, mutant, log)
+            for mutant in mutants]
+
+
+def _tree(course: Course, kind: str, sources: Path, arch: int = 0) -> BuildTree:
+    """The mutants' tree of a variant, built from the scratch copy `sources`; for a mutant of
+    one architecture's path (`arch`), a tree of its own built for that architecture."""
+    defines = [f"-DCOURSE_SOLUTIONS_DIR={sources}"]
+    if arch:
+        defines.append(f"-DCOURSE_EMULATED_ARCH={arch}" if kind == EMULATED
+                       else f"-DCMAKE_CUDA_ARCHITECTURES={arch}")
+    path = MUTANTS_TREES[kind] + (f"-sm{arch}" if arch else "")
+    return BuildTree(course, kind, course.root / path, defines=tuple(defines))
 
 
 def _run_one(tree: BuildTree, sources: Path, mutant: Mutant, log: Log) -> MutantOutcome:

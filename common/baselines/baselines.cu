@@ -74,15 +74,30 @@ void cublas_sgemm(int M, int N, int K, const float* A, const float* B, float* C)
         "cublasSgemm");
 }
 
+namespace {
+
+// C = A B^T with 16-bit inputs of `type` (bf16 or fp16) and float32 C. Row-major C = A B^T is
+// column-major C^T = B A^T: B's rows (K contiguous) are the columns of a K x N column-major
+// matrix, taken transposed; A's rows are the columns of a K x M one.
+void cublas_gemm_16bit(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                       float* C, cudaDataType type) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cublas_check(
+        cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, type, K, A, type, K,
+                     &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+}
+
+}  // namespace
+
 void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
                       float* C) {
-    // Row-major C = A B^T is column-major C^T = B A^T: B's rows (K contiguous) are the columns
-    // of a K x N column-major matrix, taken transposed; A's rows are the columns of a K x M one.
-    const float alpha = 1.0f, beta = 0.0f;
-    cublas_check(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16BF,
-                              K, A, CUDA_R_16BF, K, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
+    cublas_gemm_16bit(M, N, K, A, B, C, CUDA_R_16BF);
+}
+
+void cublas_gemm_fp16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                      float* C) {
+    cublas_gemm_16bit(M, N, K, A, B, C, CUDA_R_16F);
 }
 
 void cub_reduce_sum(const float* in, float* out, std::size_t n) {
@@ -148,6 +163,11 @@ extern "C" const course::baseline::Table* course_baselines_table() {
                                                library::cudnn_attention_backward_bf16,
                                                library::nccl_available,
                                                library::nccl_all_reduce_sum,
-                                               library::cub_segmented_sort_descending};
+                                               library::cub_segmented_sort_descending,
+                                               library::cublas_gemm_fp16,
+                                               library::cublas_attention_fp16,
+                                               library::cublas_attention_backward_fp16,
+                                               library::cudnn_attention_fp16,
+                                               library::cudnn_attention_backward_fp16};
     return &table;
 }

@@ -2,15 +2,18 @@
 // materialized by a strided-batched GEMM, a softmax kernel over each row of S (scaled, masked
 // when causal), then O = P V by a second GEMM; the backward pass with five GEMMs and two
 // element-wise kernels over the T x T matrices. The baseline of module 07's float32 exercises,
-// and of its bf16 ones where cuDNN's fused attention does not run (cudnn_attention.cu). The T x T
-// buffers are kept between calls (grown on demand), so that timed calls pay only for the work.
+// and of its bf16 (fp16) ones where cuDNN's fused attention does not run (cudnn_attention.cu). The
+// T x T buffers are kept between calls (grown on demand), so that timed calls pay only for the
+// work.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "course/check.h"
 #include "library.h"
@@ -36,7 +39,7 @@ cublasHandle_t handle() {
 }
 
 // One grow-only device buffer per use.
-Scratch scores_f32, probs_f32, probs_bf16, grad_scores_bf16, row_deltas;
+Scratch scores_f32, probs_f32, probs_16bit, grad_scores_16bit, row_deltas;
 
 struct Dims {
     int heads_total, T, D;
@@ -58,7 +61,7 @@ void gemm_abt(const void* A, cudaDataType a_type, const void* B, void* C, cudaDa
           "cublasGemmStridedBatchedEx (A B^T)");
 }
 
-// C = P X with P row-major T x T (bf16) and X row-major T x D: column-major C^T = X^T P^T,
+// C = P X with P row-major T x T (16-bit) and X row-major T x D: column-major C^T = X^T P^T,
 //   gemm(N, N, m = D, n = T, k = T, X, ld D, P, ld T, C, ld D).
 // With `transpose_p`, C = P^T X: column-major C^T = X^T P, gemm(N, T, ...).
 void gemm_px(const void* P, const void* X, cudaDataType in_type, void* C, cudaDataType c_type,
@@ -90,9 +93,12 @@ __device__ float block_reduce(float v, bool is_max) {
 
 __device__ void store(float* p, float v) { *p = v; }
 __device__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+__device__ void store(__half* p, float v) { *p = __float2half(v); }
+__device__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ float load(__half v) { return __half2float(v); }
 
-// One block per row of S (float32): P = softmax(scale * S) masked to keys <= i when causal (float
-// or bf16), and L = the row's logsumexp (float32), or nullptr.
+// One block per row of S (float32): P = softmax(scale * S) masked to keys <= i when causal (float,
+// bf16 or fp16), and L = the row's logsumexp (float32), or nullptr.
 template <class Out>
 __global__ void softmax_kernel(const float* S, Out* P, float* L, int T, float scale, bool causal) {
     const long long row = blockIdx.x;
@@ -110,50 +116,98 @@ __global__ void softmax_kernel(const float* S, Out* P, float* L, int T, float sc
     if (L && threadIdx.x == 0) L[row] = max + logf(sum);
 }
 
-// P recomputed from S and L (bf16), masked.
-__global__ void probs_kernel(const float* S, const float* L, __nv_bfloat16* P, int T, float scale,
+// P recomputed from S and L (bf16 or fp16), masked.
+template <class Half>
+__global__ void probs_kernel(const float* S, const float* L, Half* P, int T, float scale,
                              bool causal) {
     const long long row = blockIdx.x;
     const int i = static_cast<int>(row % T), visible = causal ? i + 1 : T;
     for (int j = threadIdx.x; j < T; j += kThreads)
-        P[row * T + j] =
-            __float2bfloat16(j < visible ? expf(scale * S[row * T + j] - L[row]) : 0.0f);
+        store(P + row * T + j, j < visible ? expf(scale * S[row * T + j] - L[row]) : 0.0f);
 }
 
 // delta_i = dO_i . O_i, one block per row.
-__global__ void delta_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, float* delta, int D) {
+template <class Half>
+__global__ void delta_kernel(const Half* O, const Half* dO, float* delta, int D) {
     const long long row = blockIdx.x;
     float sum = 0.0f;
     for (int d = threadIdx.x; d < D; d += kThreads)
-        sum += __bfloat162float(O[row * D + d]) * __bfloat162float(dO[row * D + d]);
+        sum += load(O[row * D + d]) * load(dO[row * D + d]);
     sum = block_reduce(sum, false);
     if (threadIdx.x == 0) delta[row] = sum;
 }
 
-// dS = P (dP - delta_i) in bf16, from dP (float32) and P.
-__global__ void grad_scores_kernel(const __nv_bfloat16* P, const float* dP, const float* delta,
-                                   __nv_bfloat16* dS, int T) {
+// dS = P (dP - delta_i) in bf16 or fp16, from dP (float32) and P.
+template <class Half>
+__global__ void grad_scores_kernel(const Half* P, const float* dP, const float* delta, Half* dS,
+                                   int T) {
     const long long row = blockIdx.x;
     for (int j = threadIdx.x; j < T; j += kThreads) {
         const long long e = row * T + j;
-        dS[e] = __float2bfloat16(__bfloat162float(P[e]) * (dP[e] - delta[row]));
+        store(dS + e, load(P[e]) * (dP[e] - delta[row]));
     }
 }
 
 Dims dims_of(int batch, int heads, int T, int D) { return {batch * heads, T, D}; }
+
+// The forward and backward in a 16-bit type: Half is __nv_bfloat16 (cuBLAS's CUDA_R_16BF) or
+// __half (CUDA_R_16F).
+template <class Half>
+constexpr cudaDataType kType = std::is_same_v<Half, __half> ? CUDA_R_16F : CUDA_R_16BF;
+
+template <class Half>
+void attention_16bit(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                     std::uint16_t* O, float* L, int batch, int heads, int T, int D, float scale,
+                     bool causal) {
+    const Dims dims = dims_of(batch, heads, T, D);
+    auto* S = static_cast<float*>(scores_f32.get(dims.scores() * sizeof(float)));
+    auto* P = static_cast<Half*>(probs_16bit.get(dims.scores() * 2));
+    gemm_abt(Q, kType<Half>, K, S, CUDA_R_32F, dims, 1.0f);
+    softmax_kernel<<<dims.heads_total * T, kThreads>>>(S, P, L, T, scale, causal);
+    CUDA_CHECK_LAUNCH();
+    gemm_px(P, V, kType<Half>, O, kType<Half>, dims, 1.0f, false);
+}
+
+template <class Half>
+void attention_backward_16bit(const std::uint16_t* Q, const std::uint16_t* K,
+                              const std::uint16_t* V, const std::uint16_t* O,
+                              const std::uint16_t* dO, const float* L, float* dQ, float* dK,
+                              float* dV, int batch, int heads, int T, int D, float scale,
+                              bool causal) {
+    const Dims dims = dims_of(batch, heads, T, D);
+    constexpr cudaDataType type = kType<Half>;
+    auto* S = static_cast<float*>(scores_f32.get(dims.scores() * sizeof(float)));
+    auto* P = static_cast<Half*>(probs_16bit.get(dims.scores() * 2));
+    auto* dS = static_cast<Half*>(grad_scores_16bit.get(dims.scores() * 2));
+    auto* delta =
+        static_cast<float*>(row_deltas.get(static_cast<std::size_t>(dims.heads_total) * T * 4));
+    const unsigned rows = static_cast<unsigned>(dims.heads_total * T);
+    gemm_abt(Q, type, K, S, CUDA_R_32F, dims, 1.0f);  // S, recomputed
+    probs_kernel<<<rows, kThreads>>>(S, L, P, T, scale, causal);
+    CUDA_CHECK_LAUNCH();
+    gemm_px(P, dO, type, dV, CUDA_R_32F, dims, 1.0f, true);  // dV = P^T dO
+    gemm_abt(dO, type, V, S, CUDA_R_32F, dims, 1.0f);        // dP = dO V^T, into S's buffer
+    delta_kernel<<<rows, kThreads>>>(reinterpret_cast<const Half*>(O),
+                                     reinterpret_cast<const Half*>(dO), delta, D);
+    CUDA_CHECK_LAUNCH();
+    grad_scores_kernel<<<rows, kThreads>>>(P, S, delta, dS, T);
+    CUDA_CHECK_LAUNCH();
+    gemm_px(dS, K, type, dQ, CUDA_R_32F, dims, scale, false);  // dQ = scale dS K
+    gemm_px(dS, Q, type, dK, CUDA_R_32F, dims, scale, true);   // dK = scale dS^T Q
+}
 
 }  // namespace
 
 void cublas_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
                            std::uint16_t* O, float* L, int batch, int heads, int T, int D,
                            float scale, bool causal) {
-    const Dims dims = dims_of(batch, heads, T, D);
-    auto* S = static_cast<float*>(scores_f32.get(dims.scores() * sizeof(float)));
-    auto* P = static_cast<__nv_bfloat16*>(probs_bf16.get(dims.scores() * 2));
-    gemm_abt(Q, CUDA_R_16BF, K, S, CUDA_R_32F, dims, 1.0f);
-    softmax_kernel<<<dims.heads_total * T, kThreads>>>(S, P, L, T, scale, causal);
-    CUDA_CHECK_LAUNCH();
-    gemm_px(P, V, CUDA_R_16BF, O, CUDA_R_16BF, dims, 1.0f, false);
+    attention_16bit<__nv_bfloat16>(Q, K, V, O, L, batch, heads, T, D, scale, causal);
+}
+
+void cublas_attention_fp16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                           std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                           float scale, bool causal) {
+    attention_16bit<__half>(Q, K, V, O, L, batch, heads, T, D, scale, causal);
 }
 
 void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
@@ -161,25 +215,17 @@ void cublas_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t*
                                     const std::uint16_t* dO, const float* L, float* dQ, float* dK,
                                     float* dV, int batch, int heads, int T, int D, float scale,
                                     bool causal) {
-    const Dims dims = dims_of(batch, heads, T, D);
-    auto* S = static_cast<float*>(scores_f32.get(dims.scores() * sizeof(float)));
-    auto* P = static_cast<__nv_bfloat16*>(probs_bf16.get(dims.scores() * 2));
-    auto* dS = static_cast<__nv_bfloat16*>(grad_scores_bf16.get(dims.scores() * 2));
-    auto* delta =
-        static_cast<float*>(row_deltas.get(static_cast<std::size_t>(dims.heads_total) * T * 4));
-    const unsigned rows = static_cast<unsigned>(dims.heads_total * T);
-    gemm_abt(Q, CUDA_R_16BF, K, S, CUDA_R_32F, dims, 1.0f);  // S, recomputed
-    probs_kernel<<<rows, kThreads>>>(S, L, P, T, scale, causal);
-    CUDA_CHECK_LAUNCH();
-    gemm_px(P, dO, CUDA_R_16BF, dV, CUDA_R_32F, dims, 1.0f, true);  // dV = P^T dO
-    gemm_abt(dO, CUDA_R_16BF, V, S, CUDA_R_32F, dims, 1.0f);        // dP = dO V^T, into S's buffer
-    delta_kernel<<<rows, kThreads>>>(reinterpret_cast<const __nv_bfloat16*>(O),
-                                     reinterpret_cast<const __nv_bfloat16*>(dO), delta, D);
-    CUDA_CHECK_LAUNCH();
-    grad_scores_kernel<<<rows, kThreads>>>(P, S, delta, dS, T);
-    CUDA_CHECK_LAUNCH();
-    gemm_px(dS, K, CUDA_R_16BF, dQ, CUDA_R_32F, dims, scale, false);  // dQ = scale dS K
-    gemm_px(dS, Q, CUDA_R_16BF, dK, CUDA_R_32F, dims, scale, true);   // dK = scale dS^T Q
+    attention_backward_16bit<__nv_bfloat16>(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D,
+                                            scale, causal);
+}
+
+void cublas_attention_backward_fp16(const std::uint16_t* Q, const std::uint16_t* K,
+                                    const std::uint16_t* V, const std::uint16_t* O,
+                                    const std::uint16_t* dO, const float* L, float* dQ, float* dK,
+                                    float* dV, int batch, int heads, int T, int D, float scale,
+                                    bool causal) {
+    attention_backward_16bit<__half>(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                     causal);
 }
 
 void cublas_attention_f32(const float* Q, const float* K, const float* V, float* O, int batch,

@@ -332,12 +332,11 @@ Tensor causal_mask(Graph& graph, Tensor x, const Shapes& shapes) {
 }
 
 // O and L: S = Q K^T, scaled, masked; the softmax's max m, e = exp(s - m), l = sum e, and
-// L = m + log l; O = (e / l) V with the probabilities in bf16.
-void build_forward(Graph& graph, const Shapes& shapes, bool causal) {
-    const Tensor Q = graph.tensor(kQ, CUDNN_DATA_BFLOAT16, shapes.qkv),
-                 K_t = graph.tensor(kK, CUDNN_DATA_BFLOAT16, transposed(shapes.qkv)),
-                 V = graph.tensor(kV, CUDNN_DATA_BFLOAT16, shapes.qkv),
-                 O = graph.tensor(kO, CUDNN_DATA_BFLOAT16, shapes.o),
+// L = m + log l; O = (e / l) V with the probabilities in the inputs' 16-bit `type` (bf16, fp16).
+void build_forward(Graph& graph, const Shapes& shapes, bool causal, cudnnDataType_t type) {
+    const Tensor Q = graph.tensor(kQ, type, shapes.qkv),
+                 K_t = graph.tensor(kK, type, transposed(shapes.qkv)),
+                 V = graph.tensor(kV, type, shapes.qkv), O = graph.tensor(kO, type, shapes.o),
                  L = graph.tensor(kL, CUDNN_DATA_FLOAT, shapes.rows);
     const auto scores = [&] { return graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.scores); };
     const auto per_row = [&] { return graph.virtual_tensor(CUDNN_DATA_FLOAT, shapes.rows); };
@@ -356,25 +355,22 @@ void build_forward(Graph& graph, const Shapes& shapes, bool causal) {
     graph.pointwise(CUDNN_POINTWISE_LOG, {sum}, log_sum);
     graph.pointwise(CUDNN_POINTWISE_ADD, {max, log_sum}, L);
 
-    const Tensor P = graph.virtual_tensor(CUDNN_DATA_BFLOAT16, shapes.scores);
+    const Tensor P = graph.virtual_tensor(type, shapes.scores);
     graph.pointwise(CUDNN_POINTWISE_DIV, {e, sum}, P);
     graph.matmul(P, V, O);
 }
 
 // dQ, dK, dV: delta = rowsum(dO * O) (into our float32 buffer), P = exp(scale Q K^T - L)
 // masked, dV = P^T dO, dS = scale * P * (dO V^T - delta), dK = dS^T Q, and dQ = dS K summed in
-// float32 (our second buffer) before it is rounded to bf16.
-void build_backward(Graph& graph, const Shapes& shapes, bool causal) {
+// float32 (our second buffer) before it is rounded to the inputs' `type` (bf16, fp16).
+void build_backward(Graph& graph, const Shapes& shapes, bool causal, cudnnDataType_t type) {
     const Layout qkv_t = transposed(shapes.qkv), scores_t = transposed(shapes.scores);
-    const Tensor Q = graph.tensor(kQ, CUDNN_DATA_BFLOAT16, shapes.qkv),
-                 K_t = graph.tensor(kK, CUDNN_DATA_BFLOAT16, qkv_t),
-                 V_t = graph.tensor(kV, CUDNN_DATA_BFLOAT16, qkv_t),
-                 O = graph.tensor(kO, CUDNN_DATA_BFLOAT16, shapes.o),
-                 dO = graph.tensor(kdO, CUDNN_DATA_BFLOAT16, shapes.o),
+    const Tensor Q = graph.tensor(kQ, type, shapes.qkv), K_t = graph.tensor(kK, type, qkv_t),
+                 V_t = graph.tensor(kV, type, qkv_t), O = graph.tensor(kO, type, shapes.o),
+                 dO = graph.tensor(kdO, type, shapes.o),
                  L = graph.tensor(kL, CUDNN_DATA_FLOAT, shapes.rows),
-                 dQ = graph.tensor(kdQ, CUDNN_DATA_BFLOAT16, shapes.qkv),
-                 dK = graph.tensor(kdK, CUDNN_DATA_BFLOAT16, shapes.qkv),
-                 dV = graph.tensor(kdV, CUDNN_DATA_BFLOAT16, shapes.qkv),
+                 dQ = graph.tensor(kdQ, type, shapes.qkv), dK = graph.tensor(kdK, type, shapes.qkv),
+                 dV = graph.tensor(kdV, type, shapes.qkv),
                  delta = graph.tensor(kDelta, CUDNN_DATA_FLOAT, shapes.rows),
                  dQ_sum = graph.tensor(kdQSum, CUDNN_DATA_FLOAT, shapes.per_head),
                  scale = graph.scalar(kScale);
@@ -396,7 +392,7 @@ void build_backward(Graph& graph, const Shapes& shapes, bool causal) {
                     P);
 
     // dV = P^T dO
-    const Tensor P_t = graph.virtual_tensor(CUDNN_DATA_BFLOAT16, scores_t);
+    const Tensor P_t = graph.virtual_tensor(type, scores_t);
     graph.reshape(P, P_t);
     graph.matmul(P_t, dO, dV);
 
@@ -408,24 +404,25 @@ void build_backward(Graph& graph, const Shapes& shapes, bool causal) {
     graph.pointwise(CUDNN_POINTWISE_MUL, {dS_unscaled, scale}, dS);
 
     // dK = dS^T Q
-    const Tensor dS_t = graph.virtual_tensor(CUDNN_DATA_BFLOAT16, scores_t);
+    const Tensor dS_t = graph.virtual_tensor(type, scores_t);
     graph.reshape(dS, dS_t);
     graph.matmul(dS_t, Q, dK);
 
-    // dQ = dS K, in float32, then bf16
-    const Tensor K = graph.virtual_tensor(CUDNN_DATA_BFLOAT16, shapes.qkv);
+    // dQ = dS K, in float32, then the inputs' type
+    const Tensor K = graph.virtual_tensor(type, shapes.qkv);
     graph.reshape(K_t, K);
     graph.matmul(dS, K, dQ_sum);
     graph.pointwise(CUDNN_POINTWISE_IDENTITY, {dQ_sum}, dQ);
 }
 
-// batch, heads, T, D, causal, qkv_row_stride, o_row_stride
-using Key = std::tuple<int, int, int, int, bool, int, int>;
+// batch, heads, T, D, causal, qkv_row_stride, o_row_stride, the 16-bit type
+using Key = std::tuple<int, int, int, int, bool, int, int, cudnnDataType_t>;
 
-// The plan of a graph for this shape, built on its first call and kept.
+// The plan of a graph for this shape and type, built on its first call and kept.
 const Graph& plan_for(std::map<Key, Graph>& plans, bool backward, int batch, int heads, int T,
-                      int D, bool causal, int qkv_row_stride, int o_row_stride) {
-    const Key key{batch, heads, T, D, causal, qkv_row_stride, o_row_stride};
+                      int D, bool causal, int qkv_row_stride, int o_row_stride,
+                      cudnnDataType_t type) {
+    const Key key{batch, heads, T, D, causal, qkv_row_stride, o_row_stride, type};
     if (auto found = plans.find(key); found != plans.end()) return found->second;
     if (!cudnn_handle())
         throw std::runtime_error(
@@ -438,14 +435,15 @@ const Graph& plan_for(std::map<Key, Graph>& plans, bool backward, int batch, int
     Graph graph;
     const Shapes shapes(batch, heads, T, D, qkv_row_stride, o_row_stride);
     if (backward)
-        build_backward(graph, shapes, causal);
+        build_backward(graph, shapes, causal, type);
     else
-        build_forward(graph, shapes, causal);
+        build_forward(graph, shapes, causal, type);
     graph.make_plan(std::string(backward ? "the backward" : "the forward") + " of attention at B " +
                     std::to_string(batch) + ", H " + std::to_string(heads) + ", T " +
                     std::to_string(T) + ", D " + std::to_string(D) +
                     (causal ? ", causal" : ", not causal") +
-                    (qkv_row_stride != 0 ? ", token-major" : ""));
+                    (qkv_row_stride != 0 ? ", token-major" : "") +
+                    (type == CUDNN_DATA_HALF ? ", fp16" : ", bf16"));
     return plans.emplace(key, std::move(graph)).first->second;
 }
 
@@ -461,24 +459,25 @@ std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
-void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
-                          std::uint16_t* O, float* L, int batch, int heads, int T, int D,
-                          float scale, bool causal, int qkv_row_stride, int o_row_stride) {
-    const Graph& plan =
-        plan_for(forward_plans, false, batch, heads, T, D, causal, qkv_row_stride, o_row_stride);
+namespace {
+
+void attention_forward(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                       std::uint16_t* O, float* L, int batch, int heads, int T, int D, float scale,
+                       bool causal, int qkv_row_stride, int o_row_stride, cudnnDataType_t type) {
+    const Graph& plan = plan_for(forward_plans, false, batch, heads, T, D, causal, qkv_row_stride,
+                                 o_row_stride, type);
     std::vector<Binding> bindings{{kQ, Q}, {kK, K}, {kV, V}, {kO, O}, {kL, L}, {kScale, &scale}};
     if (causal) bindings.push_back({kMaskFill, &kNegativeInfinity});
     plan.run(bindings, workspace.get(plan.workspace_bytes()));
 }
 
-void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
-                                   const std::uint16_t* V, const std::uint16_t* O,
-                                   const std::uint16_t* dO, const float* L, std::uint16_t* dQ,
-                                   std::uint16_t* dK, std::uint16_t* dV, int batch, int heads,
-                                   int T, int D, float scale, bool causal, int qkv_row_stride,
-                                   int o_row_stride) {
-    const Graph& plan =
-        plan_for(backward_plans, true, batch, heads, T, D, causal, qkv_row_stride, o_row_stride);
+void attention_backward(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                        const std::uint16_t* O, const std::uint16_t* dO, const float* L,
+                        std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV, int batch,
+                        int heads, int T, int D, float scale, bool causal, int qkv_row_stride,
+                        int o_row_stride, cudnnDataType_t type) {
+    const Graph& plan = plan_for(backward_plans, true, batch, heads, T, D, causal, qkv_row_stride,
+                                 o_row_stride, type);
     const std::size_t rows = static_cast<std::size_t>(batch) * heads * T;
     const std::size_t cudnn_bytes = aligned(plan.workspace_bytes()),
                       delta_bytes = aligned(rows * sizeof(float));
@@ -502,6 +501,42 @@ void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* 
     plan.run(bindings, scratch);
 }
 
+}  // namespace
+
+void cudnn_attention_bf16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                          std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                          float scale, bool causal, int qkv_row_stride, int o_row_stride) {
+    attention_forward(Q, K, V, O, L, batch, heads, T, D, scale, causal, qkv_row_stride,
+                      o_row_stride, CUDNN_DATA_BFLOAT16);
+}
+
+void cudnn_attention_fp16(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                          std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                          float scale, bool causal, int qkv_row_stride, int o_row_stride) {
+    attention_forward(Q, K, V, O, L, batch, heads, T, D, scale, causal, qkv_row_stride,
+                      o_row_stride, CUDNN_DATA_HALF);
+}
+
+void cudnn_attention_backward_bf16(const std::uint16_t* Q, const std::uint16_t* K,
+                                   const std::uint16_t* V, const std::uint16_t* O,
+                                   const std::uint16_t* dO, const float* L, std::uint16_t* dQ,
+                                   std::uint16_t* dK, std::uint16_t* dV, int batch, int heads,
+                                   int T, int D, float scale, bool causal, int qkv_row_stride,
+                                   int o_row_stride) {
+    attention_backward(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale, causal,
+                       qkv_row_stride, o_row_stride, CUDNN_DATA_BFLOAT16);
+}
+
+void cudnn_attention_backward_fp16(const std::uint16_t* Q, const std::uint16_t* K,
+                                   const std::uint16_t* V, const std::uint16_t* O,
+                                   const std::uint16_t* dO, const float* L, std::uint16_t* dQ,
+                                   std::uint16_t* dK, std::uint16_t* dV, int batch, int heads,
+                                   int T, int D, float scale, bool causal, int qkv_row_stride,
+                                   int o_row_stride) {
+    attention_backward(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale, causal,
+                       qkv_row_stride, o_row_stride, CUDNN_DATA_HALF);
+}
+
 #else
 
 void cudnn_attention_bf16(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*,
@@ -516,6 +551,21 @@ void cudnn_attention_backward_bf16(const std::uint16_t*, const std::uint16_t*, c
                                    int, float, bool, int, int) {
     throw std::runtime_error(
         "cudnn_attention_backward_bf16: the course was built without cuDNN (set "
+        "COURSE_CUDNN_ROOT)");
+}
+
+void cudnn_attention_fp16(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*,
+                          std::uint16_t*, float*, int, int, int, int, float, bool, int, int) {
+    throw std::runtime_error(
+        "cudnn_attention_fp16: the course was built without cuDNN (set COURSE_CUDNN_ROOT)");
+}
+
+void cudnn_attention_backward_fp16(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*,
+                                   const std::uint16_t*, const std::uint16_t*, const float*,
+                                   std::uint16_t*, std::uint16_t*, std::uint16_t*, int, int, int,
+                                   int, float, bool, int, int) {
+    throw std::runtime_error(
+        "cudnn_attention_backward_fp16: the course was built without cuDNN (set "
         "COURSE_CUDNN_ROOT)");
 }
 

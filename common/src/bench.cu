@@ -486,6 +486,9 @@ std::pair<double, std::string> physical_ceiling(const PerfCase& perf) {
     if (perf.metric == "TFLOP/s" && perf.units == FlopUnits::bf16_tensor_cores)
         return {g.bf16_tensor_peak_tflop_s,
                 "its dense bf16 tensor-core peak, " + g.bf16_tensor_peak_formula};
+    if (perf.metric == "TFLOP/s" && perf.units == FlopUnits::fp16_tensor_cores)
+        return {g.fp16_tensor_peak_tflop_s,
+                "its dense fp16 tensor-core peak, " + g.fp16_tensor_peak_formula};
     if (perf.metric == "TFLOP/s")
         return {g.fp32_peak_tflop_s, "its FP32 peak, " + g.fp32_peak_formula};
     if (perf.metric != "GB/s") return {0.0, ""};
@@ -556,8 +559,7 @@ void record_flops(const std::string& label, const PairTiming& timing, double flo
             tflop_per_s(baseline_flops, timing.baseline.median_ms), timing, units});
 }
 
-void record_steps(const std::string& label, const PairTiming& timing,
-                  const std::string& baseline) {
+void record_steps(const std::string& label, const PairTiming& timing, const std::string& baseline) {
     record({label, "steps/s", 1e3 / timing.learner.median_ms, baseline,
             1e3 / timing.baseline.median_ms, timing});
 }

@@ -175,6 +175,10 @@ testing::AssertionResult DeviceAllocation::redzones_intact() const {
 
     fill_redzones();
     CUDA_CHECK(cudaDeviceSynchronize());
+#if !defined(COURSE_EMULATOR)
+    end_guard::note_store_outside(!past_end.empty() ? "wrote past the end of `" + name_ + "`"
+                                                    : "wrote before the start of `" + name_ + "`");
+#endif
     auto failure = testing::AssertionFailure();
     if (!past_end.empty())
         failure << "wrote past the end of `" << name_ << "` (" << bytes_ / element_bytes_

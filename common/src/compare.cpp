@@ -53,7 +53,8 @@ constexpr Limit kLimits[] = {
      "int is 2^31 - 1", false},
 };
 
-static_assert(std::size(kLimits) == std::tuple_size_v<decltype(detail::Mismatches{}.wrong_past_limit)>);
+static_assert(std::size(kLimits) ==
+              std::tuple_size_v<decltype(detail::Mismatches{}.wrong_past_limit)>);
 
 // Compared elements at or past `at` in the whole output.
 std::size_t compared_past(std::size_t at, std::size_t total, const CompareOptions& opt) {
@@ -141,8 +142,9 @@ void Mismatches::add(std::size_t index, double got, double want, bool poisoned,
         min_row = std::min(min_row, row), max_row = std::max(max_row, row);
         min_col = std::min(min_col, col), max_col = std::max(max_col, col);
     }
+    const std::size_t whole = whole_index(index, opt);
     for (std::size_t l = 0; l < std::size(kLimits); ++l)
-        if (whole_index(index, opt) >= kLimits[l].at) ++wrong_past_limit[l];
+        if (whole >= kLimits[l].at) ++wrong_past_limit[l];
     ++wrong;
     if (examples.size() < opt.show) examples.push_back({index, got, want, poisoned});
 }

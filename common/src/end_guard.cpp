@@ -123,6 +123,19 @@ std::map<const void*, Tracked>& live() {
 
 const char* probe_name() { return std::getenv(kProbeVariable); }
 
+// The first store outside an output in this process (note_store_outside), and its test.
+struct StoreOutside {
+    std::string test, what;
+};
+std::optional<StoreOutside>& store_outside() {
+    static std::optional<StoreOutside> first;
+    return first;
+}
+
+std::string test_name(const testing::TestInfo& test) {
+    return std::string(test.test_suite_name()) + "." + test.name();
+}
+
 // Runs this checker's test `filter` again in a child, guarding the inputs named `name` only
 // ("": none); true when the child faulted. Its output goes nowhere; `limit` bounds its time.
 bool child_faults(const std::string& filter, const std::string& name,
@@ -179,7 +192,7 @@ std::string probe_inputs(const testing::TestInfo& test) {
     for (const auto& [payload, input] : live())
         if (std::find(names.begin(), names.end(), input.name) == names.end())
             names.push_back(input.name);
-    const std::string filter = std::string(test.test_suite_name()) + "." + test.name();
+    const std::string filter = test_name(test);
     const std::string inputs = quoted_list(names);
     const std::string placed =
         " In the correctness cases every input ends where unmapped memory begins, so a load past "
@@ -210,6 +223,11 @@ std::string probe_inputs(const testing::TestInfo& test) {
 
 }  // namespace
 
+void note_store_outside(const std::string& what) {
+    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
+    if (test && !store_outside()) store_outside() = StoreOutside{test_name(*test), what};
+}
+
 std::string describe_fault() {
     if (probe_name()) std::_Exit(kProbeFaulted);  // a probe child: its parent wants to know this
     // Probed once per process: the first illegal address is the learner's, every later one is
@@ -220,7 +238,16 @@ std::string describe_fault() {
     static std::optional<std::string> described;
     if (described) return *described;
     const auto* test = testing::UnitTest::GetInstance()->current_test_info();
-    if (live().empty() || !test || large_case_running()) return "";
+    if (!test || large_case_running()) return "";
+    if (store_outside()) {
+        described = "\n  earlier in this run (" + store_outside()->test + ") a store " +
+                    store_outside()->what +
+                    ", caught by the redzone beside it; on a larger shape the same store goes "
+                    "past the redzone, into unmapped memory. Is there a guard on every store "
+                    "(`if (i < n)`, the rows and columns of the last tiles)?";
+        return *described;
+    }
+    if (live().empty()) return "";
     described = probe_inputs(*test);
     return *described;
 }

@@ -39,9 +39,15 @@ void unmap(const Mapping& mapping);
 void track(const void* payload, const std::string& name);
 void untrack(const void* payload);
 
-// What an illegal address means when inputs end against unmapped memory: which of them a load
-// read past the end of, found by probe children; "" when there is nothing to say (no such input,
-// a large case, a fault already described). In a probe child it ends the process instead.
+// A store outside an output that its redzone caught earlier in this process ("wrote past the end
+// of `C`"): the first is kept, so that a later fault, most likely the same store going past the
+// redzone on a larger shape, is named as that store rather than probed as a load.
+void note_store_outside(const std::string& what);
+
+// What an illegal address means when inputs end against unmapped memory: the store outside an
+// output caught earlier in this process if there was one, else which input a load read past the
+// end of, found by probe children; "" when there is nothing to say (no such input, a large case,
+// a fault already described). In a probe child it ends the process instead.
 std::string describe_fault();
 
 }  // namespace course::end_guard

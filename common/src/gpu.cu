@@ -52,6 +52,10 @@ int bf16_tensor_fmas_per_sm(int sm) {
     }
 }
 
+// The same for fp16 inputs: the rate of bf16 where the GPU has both, and Turing's (sm_75: a T4's 8
+// tensor cores of 64 fp16 multiply-adds per SM, the fp32-accumulation rate of its whitepaper).
+int fp16_tensor_fmas_per_sm(int sm) { return sm == 75 ? 512 : bf16_tensor_fmas_per_sm(sm); }
+
 std::string fixed(double value, int decimals) {
     char text[32];
     std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -83,6 +87,14 @@ void fill_peaks(GpuInfo& g, const cudaDeviceProp& prop) {
         g.bf16_tensor_peak_formula = std::to_string(g.multiprocessors) + " SMs x " +
                                      std::to_string(fmas) +
                                      " bf16 tensor-core multiply-adds per clock x 2 FLOP x " +
+                                     fixed(sm_khz / 1e6, 3) + " GHz";
+    }
+    const int fp16_fmas = fp16_tensor_fmas_per_sm(g.sm);
+    if (fp16_fmas > 0 && sm_khz > 0) {
+        g.fp16_tensor_peak_tflop_s = 2.0 * g.multiprocessors * fp16_fmas * sm_khz * 1e3 / 1e12;
+        g.fp16_tensor_peak_formula = std::to_string(g.multiprocessors) + " SMs x " +
+                                     std::to_string(fp16_fmas) +
+                                     " fp16 tensor-core multiply-adds per clock x 2 FLOP x " +
                                      fixed(sm_khz / 1e6, 3) + " GHz";
     }
 }

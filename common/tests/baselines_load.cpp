@@ -19,10 +19,11 @@ TEST(Baselines, SayWhetherTheyHaveNccl) {
     EXPECT_EQ(course::baseline::nccl_available(), COURSE_HAVE_NCCL == 1);
 }
 
-TEST(Baselines, TheTableEndsWithTheSegmentedSort) {
-    // The table's last entry: its layout matches the header's.
+TEST(Baselines, TheTableEndsWithTheFp16Attention) {
+    // The table's last entries: its layout matches the header's.
     ASSERT_NE(course::baseline::loaded().table, nullptr) << course::baseline::loaded().why;
     EXPECT_NE(course::baseline::loaded().table->cub_segmented_sort_descending, nullptr);
+    EXPECT_NE(course::baseline::loaded().table->cudnn_attention_backward_fp16, nullptr);
 }
 
 }  // namespace

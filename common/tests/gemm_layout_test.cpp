@@ -62,6 +62,32 @@ TEST(GemmLayout, MmaFragmentsMatchThePtxTables) {
     EXPECT_EQ(course::mma_c_element(31, 3).col, 7);
 }
 
+TEST(GemmLayout, MmaK8FragmentsAreTheHalvesOfK16) {
+    expect_covers_once(
+        16, 8, 4, [](int lane, int i) { return course::mma_k8_a_element(lane, i / 2, i % 2); },
+        "mma.m16n8k8 A 16 x 8");
+    expect_covers_once(8, 8, 2, course::mma_k8_b_element, "mma.m16n8k8 B 8 (n) x 8 (k)");
+    // The ISA's m16n8k8 figures: lane 5 (group 1, thread 1) holds A (1, 2), (1, 3) in a0, a1 and
+    // (9, 2), (9, 3) in a2, a3; B (k 2, 3; n 1).
+    EXPECT_EQ(course::mma_k8_a_element(5, 1, 1).row, 9);
+    EXPECT_EQ(course::mma_k8_a_element(5, 1, 1).col, 3);
+    EXPECT_EQ(course::mma_k8_b_element(5, 0).row, 1);
+    EXPECT_EQ(course::mma_k8_b_element(5, 0).col, 2);
+    // m16n8k16's registers {2, 3} of A and 1 of B are the k8 fragments of k 8-15.
+    for (int lane = 0; lane < kLanes; ++lane)
+        for (int half = 0; half < 2; ++half) {
+            for (int reg = 0; reg < 2; ++reg) {
+                const Coord high = course::mma_a_element(lane, reg + 2, half);
+                const Coord k8 = course::mma_k8_a_element(lane, reg, half);
+                EXPECT_EQ(high.row, k8.row);
+                EXPECT_EQ(high.col, k8.col + 8);
+            }
+            const Coord high = course::mma_b_element(lane, 1, half);
+            EXPECT_EQ(high.row, course::mma_k8_b_element(lane, half).row);
+            EXPECT_EQ(high.col, course::mma_k8_b_element(lane, half).col + 8);
+        }
+}
+
 // Shared memory of a tile of `rows` 128-byte rows (64 values of k), stored with the swizzle; the
 // values are the element's (row, k) so that a wrong address shows which element it fetched.
 struct SwizzledTile {

@@ -37,7 +37,7 @@ def built_plan(tmp_path: Path, body: str, variant: str = "learner") -> tuple[Pla
                                                           source=compiled))
     subprocess.run(["ninja", "-C", str(build)], check=True, capture_output=True)
     plan = Plan(variant, 90, (("06_softmax_norms/softmax_online", module / "softmax_online.cu"),),
-                module / "torch_ops.cpp", module / "torch_ops.py", (), ())
+                module / "torch_ops.cpp", module / "torch_ops.py", (), (), ())
     return plan, build
 
 

@@ -28,6 +28,14 @@ def test_each_variant_compiles_one_file_per_kernel_and_every_file_exists(course)
             assert missing_files(plan) == []
 
 
+def test_the_extension_compiles_the_harness_source_that_wgmma_gemm_reaches(course):
+    # wgmma_gemm's TMA descriptors call course::tensor_map_encoder(), defined in the harness's
+    # sources, which the checkers link: without it the extension fails to load (undefined symbol)
+    for variant in ("learner", "solution", "fast"):
+        sources = make_plan(course, variant, 90).sources
+        assert str(ROOT / "common/src/tensor_map.cpp") in sources
+
+
 def test_the_learner_builds_the_stubs_and_the_fast_variant_the_fast_references(course):
     assert files(make_plan(course, "learner", 90))["06_softmax_norms/layernorm"] == \
         "modules/06_softmax_norms/layernorm.cu"

@@ -10,6 +10,11 @@
 set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention 08_training CACHE STRING
     "Modules whose solutions run on the CPU emulator (the emulated variant)")
 
+# The architecture the emulated device code is compiled as (__CUDA_ARCH__ / 10): 90, Hopper's
+# paths (clusters); 75, a T4's, which gives the tensor-core exercises fp16 and sm_75's
+# instructions (course/tensor_element.h), as a build for sm_75 does on a GPU.
+set(COURSE_EMULATED_ARCH 90 CACHE STRING "Architecture the emulated device code is compiled as (90 or 75)")
+
 find_package(Python3 3.10 REQUIRED COMPONENTS Interpreter)
 set(COURSE_EMU_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
@@ -33,11 +38,14 @@ function(emu_translate variable source)
 endfunction()
 
 # What every emulated target compiles with: the shadow CUDA headers ahead of everything, device
-# code compiled as for Hopper (course/cluster.h then uses clusters, which the emulator has), and
+# code compiled as for COURSE_EMULATED_ARCH (Hopper by default: course/cluster.h then uses
+# clusters, which the emulator has; 75 adds the fp16 definition of a build for a T4), and
 # COURSE_EMULATOR defined (course::emulated(): the checkers skip what would take minutes here).
 function(emu_compile_as_device target)
   target_include_directories(${target} BEFORE PRIVATE "${COURSE_EMU_DIR}/shadow" "${COURSE_EMU_DIR}")
-  target_compile_definitions(${target} PRIVATE __CUDA_ARCH__=900 COURSE_EMULATOR)
+  course_tensor_element_definitions(element_definitions "${COURSE_EMULATED_ARCH}")
+  target_compile_definitions(${target} PRIVATE __CUDA_ARCH__=${COURSE_EMULATED_ARCH}0 COURSE_EMULATOR
+                                               ${element_definitions})
   target_compile_options(${target} PRIVATE -Wno-unknown-pragmas)
 endfunction()
 

@@ -52,6 +52,7 @@ struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline float __fdividef(float a, float b) { return a / b; }
 // A float's bits and back (quantization formats take floats apart, radix selects order floats by

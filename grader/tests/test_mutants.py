@@ -251,3 +251,29 @@ def test_without_a_gpu_the_emulator_runs_the_planted_bugs(course, no_gpu):
             if line.strip().startswith("01_fixture/")] == ["yes", "yes", "NO", "NO", "yes"]
     assert (course / "build/mutants-emulated/bin/01_fixture.mismatch.emulated").is_file()
     assert not (course / "build/mutants").exists()
+
+
+def test_arch_is_a_number_of_a_course_architecture(course):
+    (course / "solutions/01_fixture/mutants.toml").write_text(
+        '[[mutant]]\nexercise = "todo"\nname = "a"\narch = "75"\nreplace = ["x", "y"]\n'
+        'expect = "fail"\nmessage = ""\n[[mutant]]\nexercise = "todo"\nname = "b"\n'
+        'arch = 61\nreplace = ["x", "y"]\nexpect = "fail"\nmessage = ""\n[[mutant]]\n'
+        'exercise = "todo"\nname = "c"\narch = 75\nreplace = ["x", "y"]\nexpect = "fail"\n'
+        'message = ""\n')
+    found, problems = read_mutants(load_course(course), load_course(course).exercises)
+    assert problems == [
+        "solutions/01_fixture/mutants.toml: mutant 'a': arch must be a number",
+        "solutions/01_fixture/mutants.toml: mutant 'b': arch is a CUDA architecture the course "
+        "builds for, 75 or more"]
+    assert [(m.label, m.arch) for m in found] == [("01_fixture/todo:sm75:c", 75)]
+
+
+def test_a_mutant_of_one_architecture_builds_in_a_tree_for_it(course, no_gpu):
+    # The fixture's planted bug marked arch = 75 goes to a tree of its own, configured for that
+    # architecture (on the emulator: COURSE_EMULATED_ARCH), beside the usual one.
+    (course / "solutions/01_fixture/mutants.toml").write_text(
+        MUTANTS.split("[[mutant]]\nexercise = \"passes\"")[0] + "arch = 75\n")
+    result = invoke(course, "check", "--no-build", "--mutants", "--emulate", "01/mismatch")
+    assert "01_fixture/mismatch:sm75:plus_instead_of_times" in result.stdout
+    cache = (course / "build/mutants-emulated-sm75/CMakeCache.txt").read_text()
+    assert "COURSE_EMULATED_ARCH:UNINITIALIZED=75" in cache

@@ -15,6 +15,7 @@
 
 #include "course/check.h"
 #include "course/gemm_layout.h"
+#include "course/tensor_element.h"
 #include "course/tensor_map.h"
 
 namespace hopper {
@@ -175,8 +176,9 @@ __device__ inline void set_registers_decrease() {
 // ---- The tensor map (host) ----------------------------------------------------------------------
 
 // The tensor map of a rows x K row-major bf16 matrix, copied in boxes of box_rows x kBK with the
-// 128-byte swizzle; zeros where a box leaves the matrix.
-inline CUtensorMap tensor_map(const __nv_bfloat16* matrix, int rows, int K, int box_rows,
+// 128-byte swizzle; zeros where a box leaves the matrix. (The contract's course::TensorElement,
+// which is bf16 wherever wgmma_gemm runs: a build for sm_75 makes it fp16, and there it refuses.)
+inline CUtensorMap tensor_map(const course::TensorElement* matrix, int rows, int K, int box_rows,
                               int box_cols) {
     const course::TensorMap2d shape = course::tensor_map_2d_bf16(rows, K, box_rows, box_cols);
     if (const char* problem = course::tensor_map_2d_bf16_problem(matrix, shape))
@@ -187,7 +189,7 @@ inline CUtensorMap tensor_map(const __nv_bfloat16* matrix, int rows, int K, int 
     const cuuint32_t element_strides[2] = {1, 1};
     CUtensorMap map{};
     const CUresult result = course::tensor_map_encoder()(
-        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(matrix), dims,
+        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<course::TensorElement*>(matrix), dims,
         strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS)

@@ -49,8 +49,8 @@ struct Fragments {
 };
 
 // As the readable load_fragments, for this warp tile.
-__device__ void load_fragments(Fragments& f, const __nv_bfloat16* a_tile,
-                               const __nv_bfloat16* b_tile, int warp_row, int warp_col, int k,
+__device__ void load_fragments(Fragments& f, const readable::Element* a_tile,
+                               const readable::Element* b_tile, int warp_row, int warp_col, int k,
                                course::Coord a_source, course::Coord b_source) {
 #pragma unroll
     for (int i = 0; i < kTilesM; ++i) {
@@ -73,9 +73,9 @@ __device__ void load_fragments(Fragments& f, const __nv_bfloat16* a_tile,
 }  // namespace
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
-    mma_pipeline_fast_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ A,
-                             const __nv_bfloat16* __restrict__ B, float* __restrict__ C) {
-    extern __shared__ __align__(16) __nv_bfloat16 stages[];
+    mma_pipeline_fast_kernel(int M, int N, int K, const readable::Element* __restrict__ A,
+                             const readable::Element* __restrict__ B, float* __restrict__ C) {
+    extern __shared__ __align__(16) readable::Element stages[];
     const auto a_stage = [&](int s) { return stages + s * kStageElements; };
     const auto b_stage = [&](int s) { return stages + s * kStageElements + kBM * readable::kBK; };
 
@@ -142,11 +142,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
             }
 }
 
-void gemm_bf16(int M, int N, int K, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C) {
+void gemm_bf16(int M, int N, int K, const readable::Element* A, const readable::Element* B,
+               float* C) {
     // Where a block cannot have kStages stages of this tile (GPUs with less shared memory than an
     // A100's or an H100's), the readable kernel runs.
     static const std::size_t available = course::opt_in_shared_bytes(mma_pipeline_fast_kernel);
-    if (course::compiled_arch(mma_pipeline_fast_kernel) < 80 ||
+    if (course::kFp16TensorCores || course::compiled_arch(mma_pipeline_fast_kernel) < 80 ||
         available < static_cast<std::size_t>(kSharedBytes)) {
         readable::gemm_bf16(M, N, K, A, B, C);
         return;

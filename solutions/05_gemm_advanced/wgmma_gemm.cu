@@ -166,12 +166,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-void gemm_bf16(int M, int N, int K, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C) {
+void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course::TensorElement* B,
+               float* C) {
     // sm_90a code runs on compute capability 9.0 only, and only a build for it has the body.
     int device = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    if (major != 9 || course::compiled_arch(wgmma_gemm_kernel) != 90)
+    if (course::kFp16TensorCores || major != 9 || course::compiled_arch(wgmma_gemm_kernel) != 90)
         throw std::runtime_error("wgmma_gemm: needs a Hopper GPU and device code for sm_90a");
     // Above 48 KB a block's shared memory must be asked for (once per process is enough).
     static const std::size_t available = course::opt_in_shared_bytes(wgmma_gemm_kernel);

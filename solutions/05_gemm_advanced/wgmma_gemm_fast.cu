@@ -114,12 +114,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-void gemm_bf16(int M, int N, int K, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C) {
+void gemm_bf16(int M, int N, int K, const course::TensorElement* A, const course::TensorElement* B,
+               float* C) {
     int device = 0, major = 0, multiprocessors = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    if (major != 9 || course::compiled_arch(wgmma_gemm_fast_kernel) != 90)
+    if (course::kFp16TensorCores || major != 9 ||
+        course::compiled_arch(wgmma_gemm_fast_kernel) != 90)
         throw std::runtime_error("wgmma_gemm: needs a Hopper GPU and device code for sm_90a");
     static const std::size_t available = course::opt_in_shared_bytes(wgmma_gemm_fast_kernel);
     if (available < static_cast<std::size_t>(kSharedBytes))

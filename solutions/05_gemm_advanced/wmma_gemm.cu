@@ -1,5 +1,5 @@
-// 05_gemm_advanced/wmma_gemm: C = A B^T on the tensor cores through nvcuda::wmma, bf16 inputs,
-// float32 accumulators. Reference solution.
+// 05_gemm_advanced/wmma_gemm: C = A B^T on the tensor cores through nvcuda::wmma, bf16 inputs
+// (fp16 on a T4), float32 accumulators. Reference solution.
 //
 // Teaches: the tensor cores' unit of work, a 16 x 16 x 16 product whose operands and result are
 // fragments the 32 lanes of a warp hold together (which lane holds what is the library's
@@ -26,15 +26,15 @@ constexpr int kWarpsM = 2;  // warps along M ...
 constexpr int kWarpsN = 2;  // ... and along N: each owns a kWarpM x kWarpN tile of C
 constexpr int kWarpM = kBM / kWarpsM;
 constexpr int kWarpN = kBN / kWarpsN;
-constexpr int kFrag = 16;  // wmma's bf16 shape: 16 x 16 x 16
+constexpr int kFrag = 16;  // wmma's bf16 and fp16 shape: 16 x 16 x 16
 constexpr int kFragsM = kWarpM / kFrag;
 constexpr int kFragsN = kWarpN / kFrag;
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-constexpr int kChunk = 8;  // bf16 per 16-byte load
+constexpr int kChunk = 8;  // 16-bit elements per 16-byte load
 // Shared rows padded by one 16-byte chunk: wmma reads 16 rows at a time, and rows 80 bytes apart
 // spread them over the banks (64 bytes apart, every other row would start in the same banks).
 // wmma needs row strides that are multiples of 16 bytes, and fragments that start on 32 bytes.
-constexpr int kTileStride = kBK + kChunk;  // in bf16
+constexpr int kTileStride = kBK + kChunk;  // in elements
 constexpr int kCStride = kBN + 4;          // in floats
 
 static_assert(kFragsM * kFrag == kWarpM && kFragsN * kFrag == kWarpN && kBK % kFrag == 0,
@@ -43,12 +43,16 @@ static_assert(kBK % kChunk == 0 && kBN % 4 == 0, "whole 16-byte chunks");
 static_assert(kFrag * kTileStride * 2 % 32 == 0 && kFrag * kCStride * 4 % 32 == 0,
               "every fragment starts on 32 bytes");
 
+// bf16, or fp16 where this build is for a GPU without bf16 tensor cores (sm_75: a T4); wmma takes
+// either, the same code (course/tensor_element.h).
+using Element = course::TensorElement;
+
 // Rows row0 .. row0 + kRows - 1, columns k0 .. k0 + kBK - 1 of a row-major matrix with `rows`
 // rows and K columns into tile[kRows][kTileStride], zeros outside the matrix. K is a multiple of
 // 8, so a chunk of 8 lies entirely inside or entirely outside.
 template <int kRows>
-__device__ void load_tile(__nv_bfloat16 (*tile)[kTileStride], const __nv_bfloat16* matrix, int rows,
-                          int K, int row0, int k0) {
+__device__ void load_tile(Element (*tile)[kTileStride], const Element* matrix, int rows, int K,
+                          int row0, int k0) {
     for (int i = threadIdx.x; i < kRows * kBK / kChunk; i += kThreads) {
         const int r = i / (kBK / kChunk), c = i % (kBK / kChunk) * kChunk;
         const int row = row0 + r, k = k0 + c;
@@ -61,14 +65,14 @@ __device__ void load_tile(__nv_bfloat16 (*tile)[kTileStride], const __nv_bfloat1
 }  // namespace
 
 __global__ void __launch_bounds__(kThreads)
-    wmma_gemm_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ A,
-                     const __nv_bfloat16* __restrict__ B, float* __restrict__ C) {
-    // bf16 fragments exist from sm_80 on: compiled for an older GPU the kernel is empty, and the
-    // launcher refuses to run it.
-#if __CUDA_ARCH__ >= 800
+    wmma_gemm_kernel(int M, int N, int K, const Element* __restrict__ A,
+                     const Element* __restrict__ B, float* __restrict__ C) {
+    // bf16 fragments exist from sm_80 on, fp16 ones before (a build for sm_75 has fp16 elements):
+    // bf16 compiled for an older GPU leaves the kernel empty, and the launcher refuses to run it.
+#if defined(COURSE_FP16_TENSOR_CORES) || __CUDA_ARCH__ >= 800
     using namespace nvcuda;
-    __shared__ alignas(128) __nv_bfloat16 a_tile[kBM][kTileStride];  // A[row0 + r][k0 + k]
-    __shared__ alignas(128) __nv_bfloat16 b_tile[kBN][kTileStride];  // B[col0 + n][k0 + k]
+    __shared__ alignas(128) Element a_tile[kBM][kTileStride];  // A[row0 + r][k0 + k]
+    __shared__ alignas(128) Element b_tile[kBN][kTileStride];  // B[col0 + n][k0 + k]
     __shared__ alignas(128) float c_tile[kBM][kCStride];
 
     const int row0 = blockIdx.y * kBM, col0 = blockIdx.x * kBN;
@@ -91,9 +95,9 @@ __global__ void __launch_bounds__(kThreads)
             // A's fragment is row-major (row m, k along the row). B's tile holds B as it is in
             // memory, n-major with k contiguous, which for the k x n operand of the product is
             // column-major: element (k, n) at b_tile[n][k].
-            wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __nv_bfloat16, wmma::row_major>
+            wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, Element, wmma::row_major>
                 a[kFragsM];
-            wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __nv_bfloat16, wmma::col_major>
+            wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, Element, wmma::col_major>
                 b[kFragsN];
 #pragma unroll
             for (int i = 0; i < kFragsM; ++i)
@@ -130,8 +134,8 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-void gemm_bf16(int M, int N, int K, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C) {
-    if (course::compiled_arch(wmma_gemm_kernel) < 80)
+void gemm_bf16(int M, int N, int K, const Element* A, const Element* B, float* C) {
+    if (!course::kFp16TensorCores && course::compiled_arch(wmma_gemm_kernel) < 80)
         throw std::runtime_error(
             "wmma_gemm: bf16 tensor cores need device code for sm_80 or newer");
     // One block per kBM x kBN tile of C; ceil_div covers the partial tiles at the edges.

@@ -47,7 +47,7 @@ static_assert(kThreads >= 2 * kBlockM, "one thread per L and per D of a query ti
 // Rows [row0, row0 + kRows) of a [T][kD] bf16 tensor into a swizzled shared tile (cp.async, as
 // the readable load_tile, with this block's threads); rows past T are zero-filled.
 template <int kD, int kRows>
-__device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row0, int T) {
+__device__ void load_tile(tc::Element* tile, const tc::Element* src, int row0, int T) {
     constexpr int kChunksPerRow = kD / 8;
     static_assert(kRows * kChunksPerRow % kThreads == 0, "whole rounds of 16-byte copies");
 #pragma unroll
@@ -55,8 +55,7 @@ __device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row
         const int chunk = threadIdx.x + round * kThreads;
         const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
         const bool valid = row0 + row < T;
-        const __nv_bfloat16* from =
-            src + (valid ? static_cast<long long>(row0 + row) * kD + col : 0);
+        const tc::Element* from = src + (valid ? static_cast<long long>(row0 + row) * kD + col : 0);
         tc::cp_async_16(tile + tc::swizzled<kD>(row, col), from, valid);
     }
 }
@@ -64,8 +63,8 @@ __device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row
 // A query tile's stage: Q and dO rows, and their L and D (zero past T: such a row then adds
 // nothing, its dO and Q being zero too).
 template <int kD>
-__device__ void load_query_tile(__nv_bfloat16* q_tile, __nv_bfloat16* do_tile, float* lse,
-                                float* row_dots, const __nv_bfloat16* Q, const __nv_bfloat16* dO,
+__device__ void load_query_tile(tc::Element* q_tile, tc::Element* do_tile, float* lse,
+                                float* row_dots, const tc::Element* Q, const tc::Element* dO,
                                 const float* L, const float* delta, int q0, int T) {
     load_tile<kD, kBlockM>(q_tile, Q, q0, T);
     load_tile<kD, kBlockM>(do_tile, dO, q0, T);
@@ -82,12 +81,12 @@ __device__ void load_query_tile(__nv_bfloat16* q_tile, __nv_bfloat16* do_tile, f
 // at each use where registers are short.
 template <int kD, bool kHeld>
 struct KeyRows {
-    const __nv_bfloat16* tile;
+    const tc::Element* tile;
     int row;  // this lane's ldmatrix row
     int col;  // ... and column within the 16 x 16 block
     std::uint32_t held[kHeld ? kD / 16 : 1][4];
 
-    __device__ KeyRows(const __nv_bfloat16* key_tile, int warp, course::Coord a_src)
+    __device__ KeyRows(const tc::Element* key_tile, int warp, course::Coord a_src)
         : tile(key_tile), row(warp * 16 + a_src.row), col(a_src.col) {
         if constexpr (kHeld)
 #pragma unroll
@@ -108,7 +107,7 @@ struct KeyRows {
 // the rows of `b_tile` (Q or dO, d contiguous: plain ldmatrix, as the readable rows_times_rows).
 template <int kD, bool kHeld>
 __device__ void rows_times_rows(float (&acc)[kBlockM / 8][4], const KeyRows<kD, kHeld>& a_rows,
-                                const __nv_bfloat16* b_tile, course::Coord b_src) {
+                                const tc::Element* b_tile, course::Coord b_src) {
 #pragma unroll
     for (int n = 0; n < kBlockM / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
@@ -119,8 +118,8 @@ __device__ void rows_times_rows(float (&acc)[kBlockM / 8][4], const KeyRows<kD, 
         for (int p = 0; p < kBlockM / 16; ++p) {
             std::uint32_t b[4];
             tc::ldmatrix_x4(b, b_tile + tc::swizzled<kD>(p * 16 + b_src.row, kk * 16 + b_src.col));
-            tc::mma_bf16(acc[2 * p], a, b[0], b[1]);
-            tc::mma_bf16(acc[2 * p + 1], a, b[2], b[3]);
+            tc::mma(acc[2 * p], a, b[0], b[1]);
+            tc::mma(acc[2 * p + 1], a, b[2], b[3]);
         }
     }
 }
@@ -129,7 +128,7 @@ __device__ void rows_times_rows(float (&acc)[kBlockM / 8][4], const KeyRows<kD, 
 // 16j .. 16j + 15), X a [kBlockM][kD] tile read k-major with ldmatrix .trans.
 template <int kD>
 __device__ void frags_times_tile(float (&acc)[kD / 8][4], const std::uint32_t (&a)[kBlockM / 16][4],
-                                 const __nv_bfloat16* x_tile, course::Coord a_src) {
+                                 const tc::Element* x_tile, course::Coord a_src) {
 #pragma unroll
     for (int j = 0; j < kBlockM / 16; ++j)
 #pragma unroll
@@ -137,8 +136,8 @@ __device__ void frags_times_tile(float (&acc)[kD / 8][4], const std::uint32_t (&
             std::uint32_t b[4];
             tc::ldmatrix_x4<true>(
                 b, x_tile + tc::swizzled<kD>(j * 16 + a_src.row, p * 16 + a_src.col));
-            tc::mma_bf16(acc[2 * p], a[j], b[0], b[1]);
-            tc::mma_bf16(acc[2 * p + 1], a[j], b[2], b[3]);
+            tc::mma(acc[2 * p], a[j], b[0], b[1]);
+            tc::mma(acc[2 * p + 1], a[j], b[2], b[3]);
         }
 }
 
@@ -148,10 +147,10 @@ __device__ void pack_fragments(std::uint32_t (&frag)[kBlockM / 16][4],
                                const float (&acc)[kBlockM / 8][4]) {
 #pragma unroll
     for (int j = 0; j < kBlockM / 16; ++j) {
-        frag[j][0] = tc::pack_bf16(acc[2 * j][0], acc[2 * j][1]);
-        frag[j][1] = tc::pack_bf16(acc[2 * j][2], acc[2 * j][3]);
-        frag[j][2] = tc::pack_bf16(acc[2 * j + 1][0], acc[2 * j + 1][1]);
-        frag[j][3] = tc::pack_bf16(acc[2 * j + 1][2], acc[2 * j + 1][3]);
+        frag[j][0] = tc::pack(acc[2 * j][0], acc[2 * j][1]);
+        frag[j][1] = tc::pack(acc[2 * j][2], acc[2 * j][3]);
+        frag[j][2] = tc::pack(acc[2 * j + 1][0], acc[2 * j + 1][1]);
+        frag[j][3] = tc::pack(acc[2 * j + 1][2], acc[2 * j + 1][3]);
     }
 }
 
@@ -167,17 +166,16 @@ __device__ __forceinline__ void atomic_add_pair(float* at, float x, float y) {
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
-    flash_backward_fast_kernel(const __nv_bfloat16* Q, const __nv_bfloat16* K,
-                               const __nv_bfloat16* V, const __nv_bfloat16* dO, const float* L,
-                               const float* delta, float* dQ, float* dK, float* dV, int T,
-                               float scale, bool causal) {
+    flash_backward_fast_kernel(const tc::Element* Q, const tc::Element* K, const tc::Element* V,
+                               const tc::Element* dO, const float* L, const float* delta, float* dQ,
+                               float* dK, float* dV, int T, float scale, bool causal) {
     constexpr bool kHeld = kD <= kHeldKeysUpTo;
     extern __shared__ __align__(128) unsigned char shared_bytes[];
-    auto* k_tile = reinterpret_cast<__nv_bfloat16*>(shared_bytes);  // [kBlockN][kD]
-    __nv_bfloat16* v_tile = k_tile + kBlockN * kD;                  // [kBlockN][kD]
-    __nv_bfloat16* q_tiles = v_tile + kBlockN * kD;                 // [2][kBlockM][kD]
-    __nv_bfloat16* do_tiles = q_tiles + 2 * kBlockM * kD;           // [2][kBlockM][kD]
-    __nv_bfloat16* ds_tiles = do_tiles + 2 * kBlockM * kD;          // [2][kBlockN][kDsStride]: dS^T
+    auto* k_tile = reinterpret_cast<tc::Element*>(shared_bytes);  // [kBlockN][kD]
+    tc::Element* v_tile = k_tile + kBlockN * kD;                  // [kBlockN][kD]
+    tc::Element* q_tiles = v_tile + kBlockN * kD;                 // [2][kBlockM][kD]
+    tc::Element* do_tiles = q_tiles + 2 * kBlockM * kD;           // [2][kBlockM][kD]
+    tc::Element* ds_tiles = do_tiles + 2 * kBlockM * kD;          // [2][kBlockN][kDsStride]: dS^T
     auto* lse_tiles = reinterpret_cast<float*>(ds_tiles + 2 * kBlockN * kDsStride);  // [2][kBlockM]
     float* row_dot_tiles = lse_tiles + 2 * kBlockM;                                  // [2][kBlockM]
 
@@ -219,11 +217,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     float dv[kD / 8][4] = {}, dk[kD / 8][4] = {};  // this warp's 16 keys x kD, kept to the end
     for (int tile = first_tile; tile < query_tiles; ++tile) {
         const int stage = (tile - first_tile) % 2, q0 = tile * kBlockM;
-        const __nv_bfloat16* q_tile = q_tiles + stage * kBlockM * kD;
-        const __nv_bfloat16* do_tile = do_tiles + stage * kBlockM * kD;
+        const tc::Element* q_tile = q_tiles + stage * kBlockM * kD;
+        const tc::Element* do_tile = do_tiles + stage * kBlockM * kD;
         const float* lse = lse_tiles + stage * kBlockM;
         const float* row_dots = row_dot_tiles + stage * kBlockM;
-        __nv_bfloat16* ds_tile = ds_tiles + stage * kBlockN * kDsStride;
+        tc::Element* ds_tile = ds_tiles + stage * kBlockN * kDsStride;
 
         // P^T = exp(S^T - L), S^T = K Q^T recomputed. A (key, query) pair is masked when the key
         // is past T or (causal) after the query; only tiles where that can happen test it.
@@ -293,8 +291,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     b, k_tile + tc::swizzled<kD>(kk * 16 + a_src.row, col0 + p2 * 16 + a_src.col));
 #pragma unroll
                 for (int m = 0; m < kRows / 16; ++m) {
-                    tc::mma_bf16(dq[m][2 * p2], a[m], b[0], b[1]);
-                    tc::mma_bf16(dq[m][2 * p2 + 1], a[m], b[2], b[3]);
+                    tc::mma(dq[m][2 * p2], a[m], b[0], b[1]);
+                    tc::mma(dq[m][2 * p2 + 1], a[m], b[2], b[3]);
                 }
             }
         }
@@ -315,9 +313,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kD>
-void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-            const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
-            float* dV, int heads_total, int T, float scale, bool causal) {
+void launch(const tc::Element* Q, const tc::Element* K, const tc::Element* V, const tc::Element* O,
+            const tc::Element* dO, const float* L, float* dQ, float* dK, float* dV, int heads_total,
+            int T, float scale, bool causal) {
     float* delta =
         readable::prepare_backward(O, dO, dQ, static_cast<long long>(heads_total) * T, kD);
     constexpr int kSharedBytes = (2 * kBlockN + 4 * kBlockM) * kD * 2 +
@@ -333,10 +331,15 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
 
 }  // namespace
 
-void flash_backward(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-                    const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ,
+void flash_backward(const tc::Element* Q, const tc::Element* K, const tc::Element* V,
+                    const tc::Element* O, const tc::Element* dO, const float* L, float* dQ,
                     float* dK, float* dV, int batch, int heads, int T, int D, float scale,
                     bool causal) {
+    // This kernel's pipeline is cp.async's: a build for sm_75 (fp16) runs the readable kernel.
+    if (!tc::kAsyncCopies) {
+        readable::flash_backward(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale, causal);
+        return;
+    }
     if (D == 64)
         launch<64>(Q, K, V, O, dO, L, dQ, dK, dV, batch * heads, T, scale, causal);
     else

@@ -1,10 +1,12 @@
-// 07_attention/flash_tc: flash attention on the tensor cores, bf16 in, float32 accumulation.
-// Reference solution.
+// 07_attention/flash_tc: flash attention on the tensor cores, bf16 in (fp16 on a T4), float32
+// accumulation. Reference solution.
 //
 // Teaches: the flash_forward algorithm with its two matrix products on mma.sync m16n8k16 (S = Q K^T
 // and O += P V), operands fed by ldmatrix from an XOR-swizzled shared layout, K/V tiles loaded by
 // cp.async one tile ahead (double buffering), and the online softmax done in registers on the
-// accumulator fragments with exp2f and the scale folded into one multiply-add.
+// accumulator fragments with exp2f and the scale folded into one multiply-add. On a T4 (a build
+// for sm_75: fp16, m16n8k8, no cp.async) the next K/V tile waits in registers instead: loaded
+// before the current tile is computed, stored to shared memory after it.
 //
 // Run:  grader run 07/flash_tc --solutions
 // Contract: flash_tc.h                 Notes:  notes/07_attention.md
@@ -23,12 +25,18 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockM = 16 * kWarps;  // query rows per block: 16 per warp (one mma row block)
 constexpr int kBlockN = 64;           // keys per K/V tile
+// K/V tiles in shared memory: two (one computed, one landing) with cp.async; one where the next
+// tile waits in registers (sm_75: tc::kAsyncCopies is false). 48 KB at D 128: a T4 block's
+// shared memory is at most 64 KB.
+constexpr int kKvStages = tc::kAsyncCopies ? 2 : 1;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Loads rows [row0, row0 + kRows) of a [T][kD] bf16 tensor into a swizzled shared tile with
-// cp.async, 16 bytes per copy; rows past T are zero-filled.
+using tc::Element;  // bf16, or fp16 in a build for sm_75
+
+// Loads rows [row0, row0 + kRows) of a [T][kD] tensor into a swizzled shared tile with cp.async,
+// 16 bytes per copy; rows past T are zero-filled.
 template <int kD, int kRows>
-__device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row0, int T) {
+__device__ void load_tile(Element* tile, const Element* src, int row0, int T) {
     constexpr int kChunksPerRow = kD / 8;
     // Every thread copies the same number of chunks: with a trip count known at compile time the
     // loop unrolls and all of a thread's copies are in flight at once.
@@ -39,20 +47,62 @@ __device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int row
         const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
         const bool valid = row0 + row < T;
         // A row past the end reads nothing (src-size 0); its address must still be a valid one.
-        const __nv_bfloat16* from =
-            src + (valid ? static_cast<long long>(row0 + row) * kD + col : 0);
+        const Element* from = src + (valid ? static_cast<long long>(row0 + row) * kD + col : 0);
         tc::cp_async_16(tile + tc::swizzled<kD>(row, col), from, valid);
+    }
+}
+
+// Without cp.async (sm_75): this thread's 16-byte chunks of rows [row0, row0 + kRows), the same
+// chunks load_tile copies, held in registers between load (global memory: the loads are in flight
+// while the thread goes on) and store (to the swizzled shared tile, once they have landed).
+template <int kD, int kRows>
+struct StagedTile {
+    static constexpr int kChunksPerRow = kD / 8;
+    static constexpr int kChunks = kRows * kChunksPerRow / kThreads;
+    static_assert(kRows * kChunksPerRow % kThreads == 0, "every thread holds as many chunks");
+    uint4 chunk[kChunks];
+
+    __device__ void load(const Element* src, int row0, int T) {
+#pragma unroll
+        for (int n = 0; n < kChunks; ++n) {
+            const int index = threadIdx.x + n * kThreads;
+            const int row = index / kChunksPerRow, col = (index % kChunksPerRow) * 8;
+            chunk[n] = row0 + row < T ? *reinterpret_cast<const uint4*>(
+                                            src + static_cast<long long>(row0 + row) * kD + col)
+                                      : make_uint4(0, 0, 0, 0);
+        }
+    }
+    __device__ void store(Element* tile) const {
+#pragma unroll
+        for (int n = 0; n < kChunks; ++n) {
+            const int index = threadIdx.x + n * kThreads;
+            const int row = index / kChunksPerRow, col = (index % kChunksPerRow) * 8;
+            *reinterpret_cast<uint4*>(tile + tc::swizzled<kD>(row, col)) = chunk[n];
+        }
+    }
+};
+
+// Rows [row0, row0 + kRows) into a swizzled shared tile now: cp.async (its group committed by the
+// caller), or through registers.
+template <int kD, int kRows>
+__device__ void copy_tile(Element* tile, const Element* src, int row0, int T) {
+    if constexpr (tc::kAsyncCopies) {
+        load_tile<kD, kRows>(tile, src, row0, T);
+    } else {
+        StagedTile<kD, kRows> staged;
+        staged.load(src, row0, T);
+        staged.store(tile);
     }
 }
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
-    flash_tc_kernel(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-                    __nv_bfloat16* O, float* L, int T, float scale, bool causal) {
+    flash_tc_kernel(const Element* Q, const Element* K, const Element* V, Element* O, float* L,
+                    int T, float scale, bool causal) {
     extern __shared__ __align__(128) unsigned char shared_bytes[];
-    auto* q_tile = reinterpret_cast<__nv_bfloat16*>(shared_bytes);  // [kBlockM][kD]
-    __nv_bfloat16* k_tiles = q_tile + kBlockM * kD;                 // [2][kBlockN][kD]
-    __nv_bfloat16* v_tiles = k_tiles + 2 * kBlockN * kD;            // [2][kBlockN][kD]
+    auto* q_tile = reinterpret_cast<Element*>(shared_bytes);  // [kBlockM][kD]
+    Element* k_tiles = q_tile + kBlockM * kD;                 // [kKvStages][kBlockN][kD]
+    Element* v_tiles = k_tiles + kKvStages * kBlockN * kD;    // [kKvStages][kBlockN][kD]
 
     // Causal blocks differ in work (the last query tile sees every key): the heaviest go first.
     const int q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -73,10 +123,11 @@ __global__ void __launch_bounds__(kThreads)
     const int key_tiles =
         causal ? course::ceil_div(min(T, q0 + kBlockM), kBlockN) : course::ceil_div(T, kBlockN);
 
-    load_tile<kD, kBlockM>(q_tile, Q, q0, T);
-    load_tile<kD, kBlockN>(k_tiles, K, 0, T);
-    load_tile<kD, kBlockN>(v_tiles, V, 0, T);
-    tc::cp_async_commit();
+    copy_tile<kD, kBlockM>(q_tile, Q, q0, T);
+    copy_tile<kD, kBlockN>(k_tiles, K, 0, T);
+    copy_tile<kD, kBlockN>(v_tiles, V, 0, T);
+    if constexpr (tc::kAsyncCopies) tc::cp_async_commit();
+    StagedTile<kD, kBlockN> next_k, next_v;  // sm_75: the next tile, in flight during this one
 
     std::uint32_t q_frag[kD / 16][4];  // this warp's 16 x kD queries as A fragments
     float o[kD / 8][4] = {};           // its 16 x kD output accumulator (n tiles of 8 columns)
@@ -85,17 +136,24 @@ __global__ void __launch_bounds__(kThreads)
     const float scale_log2 = scale * kLog2e;  // exp(scale * x) = exp2(scale_log2 * x)
 
     for (int tile = 0; tile < key_tiles; ++tile) {
-        const int stage = tile % 2;
-        if (tile + 1 < key_tiles) {
-            // The next tile's copies go out now and land while this one is computed.
-            load_tile<kD, kBlockN>(k_tiles + (1 - stage) * kBlockN * kD, K, (tile + 1) * kBlockN,
-                                   T);
-            load_tile<kD, kBlockN>(v_tiles + (1 - stage) * kBlockN * kD, V, (tile + 1) * kBlockN,
-                                   T);
-            tc::cp_async_commit();
-            tc::cp_async_wait<1>();  // everything but the group just issued has landed
-        } else {
-            tc::cp_async_wait<0>();
+        const int stage = tile % kKvStages;
+        if constexpr (tc::kAsyncCopies) {
+            if (tile + 1 < key_tiles) {
+                // The next tile's copies go out now and land while this one is computed.
+                load_tile<kD, kBlockN>(k_tiles + (1 - stage) * kBlockN * kD, K,
+                                       (tile + 1) * kBlockN, T);
+                load_tile<kD, kBlockN>(v_tiles + (1 - stage) * kBlockN * kD, V,
+                                       (tile + 1) * kBlockN, T);
+                tc::cp_async_commit();
+                tc::cp_async_wait<1>();  // everything but the group just issued has landed
+            } else {
+                tc::cp_async_wait<0>();
+            }
+        } else if (tile + 1 < key_tiles) {
+            // The next tile's loads go out now, into registers, and land while this one is
+            // computed; they go to shared memory at the end of the iteration.
+            next_k.load(K, (tile + 1) * kBlockN, T);
+            next_v.load(V, (tile + 1) * kBlockN, T);
         }
         __syncthreads();  // ... for every thread's copies, not only this thread's
         if (tile == 0) {
@@ -106,8 +164,8 @@ __global__ void __launch_bounds__(kThreads)
                 tc::ldmatrix_x4(q_frag[kk], q_tile + tc::swizzled<kD>(warp * 16 + a_src.row,
                                                                       kk * 16 + a_src.col));
         }
-        const __nv_bfloat16* k_tile = k_tiles + stage * kBlockN * kD;
-        const __nv_bfloat16* v_tile = v_tiles + stage * kBlockN * kD;
+        const Element* k_tile = k_tiles + stage * kBlockN * kD;
+        const Element* v_tile = v_tiles + stage * kBlockN * kD;
 
         // S = Q K^T for 16 rows x 64 keys: 8 n tiles of 8 keys. B is K stored [key][d], i.e.
         // n-major with k contiguous: a plain ldmatrix gives b fragments. One x4 covers 16 keys x
@@ -121,8 +179,8 @@ __global__ void __launch_bounds__(kThreads)
                 std::uint32_t b[4];
                 tc::ldmatrix_x4(b,
                                 k_tile + tc::swizzled<kD>(p * 16 + b_src.row, kk * 16 + b_src.col));
-                tc::mma_bf16(s[2 * p], q_frag[kk], b[0], b[1]);
-                tc::mma_bf16(s[2 * p + 1], q_frag[kk], b[2], b[3]);
+                tc::mma(s[2 * p], q_frag[kk], b[0], b[1]);
+                tc::mma(s[2 * p + 1], q_frag[kk], b[2], b[3]);
             }
         }
 
@@ -174,27 +232,35 @@ __global__ void __launch_bounds__(kThreads)
         }
 
         // O += P V. P's accumulators are already in A's layout: n tiles 2j and 2j + 1 of S are
-        // the k = 0-7 and k = 8-15 halves of the A fragment for keys 16j .. 16j + 15. V is stored
+        // the k = 0-7 and k = 8-15 halves of the A fragment for keys 16j .. 16j + 15, rounded to
+        // Elements in pairs (tc::pack). V is stored
         // [key][d], k-major for this product: ldmatrix .trans gives b fragments; one x4 covers 16
         // keys x 16 d: (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d
         // 8-15) = b0, b1 of d tile 2p and b0, b1 of d tile 2p + 1.
 #pragma unroll
         for (int j = 0; j < kBlockN / 16; ++j) {
-            const std::uint32_t p_frag[4] = {tc::pack_bf16(s[2 * j][0], s[2 * j][1]),
-                                             tc::pack_bf16(s[2 * j][2], s[2 * j][3]),
-                                             tc::pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]),
-                                             tc::pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
+            const std::uint32_t p_frag[4] = {tc::pack(s[2 * j][0], s[2 * j][1]),
+                                             tc::pack(s[2 * j][2], s[2 * j][3]),
+                                             tc::pack(s[2 * j + 1][0], s[2 * j + 1][1]),
+                                             tc::pack(s[2 * j + 1][2], s[2 * j + 1][3])};
 #pragma unroll
             for (int p = 0; p < kD / 16; ++p) {
                 std::uint32_t b[4];
                 tc::ldmatrix_x4<true>(
                     b, v_tile + tc::swizzled<kD>(j * 16 + a_src.row, p * 16 + a_src.col));
-                tc::mma_bf16(o[2 * p], p_frag, b[0], b[1]);
-                tc::mma_bf16(o[2 * p + 1], p_frag, b[2], b[3]);
+                tc::mma(o[2 * p], p_frag, b[0], b[1]);
+                tc::mma(o[2 * p + 1], p_frag, b[2], b[3]);
             }
         }
         // Every warp is done with this stage before the next iteration's copies overwrite it.
         __syncthreads();
+        if constexpr (!tc::kAsyncCopies) {
+            // sm_75: the next tile, waiting in registers, into the one K/V stage.
+            if (tile + 1 < key_tiles) {
+                next_k.store(k_tiles);
+                next_v.store(v_tiles);
+            }
+        }
     }
 
     // The 4 lanes of a row group each summed a quarter of the row: add them up, then normalize.
@@ -205,20 +271,20 @@ __global__ void __launch_bounds__(kThreads)
         const int row = row0 + g + 8 * h;
         if (row >= T) continue;
         const float inv_sum = 1.0f / row_sum[h];
-        __nv_bfloat16* out = O + head * T * kD + static_cast<long long>(row) * kD;
+        Element* out = O + head * T * kD + static_cast<long long>(row) * kD;
 #pragma unroll
         for (int n = 0; n < kD / 8; ++n)
-            *reinterpret_cast<__nv_bfloat162*>(out + n * 8 + 2 * t) =
-                __floats2bfloat162_rn(o[n][2 * h] * inv_sum, o[n][2 * h + 1] * inv_sum);
+            *reinterpret_cast<std::uint32_t*>(out + n * 8 + 2 * t) =
+                tc::pack(o[n][2 * h] * inv_sum, o[n][2 * h + 1] * inv_sum);
         // L = log sum_j exp(scale s_j) = scale max + log(sum of exp(scale (s_j - max))).
         if (t == 0) L[head * T + row] = scale * row_max[h] + logf(row_sum[h]);
     }
 }
 
 template <int kD>
-void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-            __nv_bfloat16* O, float* L, int heads_total, int T, float scale, bool causal) {
-    constexpr int kSharedBytes = (kBlockM + 4 * kBlockN) * kD * 2;  // Q, 2 x K, 2 x V
+void launch(const Element* Q, const Element* K, const Element* V, Element* O, float* L,
+            int heads_total, int T, float scale, bool causal) {
+    constexpr int kSharedBytes = (kBlockM + 2 * kKvStages * kBlockN) * kD * 2;  // Q, K and V
     CUDA_CHECK(cudaFuncSetAttribute(flash_tc_kernel<kD>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
     const dim3 grid(course::ceil_div(T, kBlockM), heads_total);
@@ -228,9 +294,9 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
 
 }  // namespace
 
-void flash_tc(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-              __nv_bfloat16* O, float* L, int batch, int heads, int T, int D, float scale,
-              bool causal) {
+void flash_tc(const course::TensorElement* Q, const course::TensorElement* K,
+              const course::TensorElement* V, course::TensorElement* O, float* L, int batch,
+              int heads, int T, int D, float scale, bool causal) {
     if (D == 64)
         launch<64>(Q, K, V, O, L, batch * heads, T, scale, causal);
     else

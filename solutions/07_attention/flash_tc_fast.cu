@@ -92,9 +92,9 @@ struct TileCopier {
 
     // Rows [row0, row0 + kRows) of src into tile; rows past T are zero-filled.
     template <int kRows>
-    __device__ void copy(__nv_bfloat16* tile, const __nv_bfloat16* src, int row0, int T) const {
+    __device__ void copy(tc::Element* tile, const tc::Element* src, int row0, int T) const {
         static_assert(kRows % kRowStep == 0, "every thread copies the same number of rows");
-        const __nv_bfloat16* from = src + static_cast<long long>(row0) * kD + global_offset;
+        const tc::Element* from = src + static_cast<long long>(row0) * kD + global_offset;
         if (row0 + kRows <= T) {  // every tile but the last: no row to check
 #pragma unroll
             for (int i = 0; i < kRows / kRowStep; ++i)
@@ -123,14 +123,14 @@ __device__ __forceinline__ int swizzled_step(int lane_offset, int row0, int col0
 
 template <class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
-    flash_tc_fast_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
-                         const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
+    flash_tc_fast_kernel(const tc::Element* __restrict__ Q, const tc::Element* __restrict__ K,
+                         const tc::Element* __restrict__ V, tc::Element* __restrict__ O,
                          float* __restrict__ L, int T, float scale, bool causal) {
     constexpr int kD = Tl::kD, kBlockM = Tl::kBlockM, kBlockN = Tl::kBlockN;
     constexpr int kStages = Tl::kStages, kRowTiles = Tl::kRowTiles;
     extern __shared__ __align__(128) unsigned char shared_bytes[];
-    auto* q_tile = reinterpret_cast<__nv_bfloat16*>(shared_bytes);  // [kBlockM][kD]
-    __nv_bfloat16* kv_ring = q_tile + kBlockM * kD;                 // [kStages][K, V][kBlockN][kD]
+    auto* q_tile = reinterpret_cast<tc::Element*>(shared_bytes);  // [kBlockM][kD]
+    tc::Element* kv_ring = q_tile + kBlockM * kD;                 // [kStages][K, V][kBlockN][kD]
     const auto k_stage = [&](int stage) { return kv_ring + stage * 2 * kBlockN * kD; };
     const auto v_stage = [&](int stage) { return k_stage(stage) + kBlockN * kD; };
 
@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
         if (causal && key0 > row0 + Tl::kWarpRows - 1) continue;
         // Keys past T and, causal, keys after the query: only the tiles that reach past either.
         const bool masked = key0 + kBlockN > T || (causal && key0 + kBlockN - 1 > row0);
-        const __nv_bfloat16* k_tile = k_stage(tile % kStages);
-        const __nv_bfloat16* v_tile = v_stage(tile % kStages);
+        const tc::Element* k_tile = k_stage(tile % kStages);
+        const tc::Element* v_tile = v_stage(tile % kStages);
 
         // S = Q K^T: kRowTiles x kBlockN / 8 accumulator tiles. Each K fragment (plain ldmatrix,
         // as in the readable kernel) serves every row tile of the warp.
@@ -231,8 +231,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
                 tc::ldmatrix_x4(b, k_tile + swizzled_step<kD>(b_lane, p * 16, kk * 16));
 #pragma unroll
                 for (int m = 0; m < kRowTiles; ++m) {
-                    tc::mma_bf16(s[m][2 * p], q_step[m], b[0], b[1]);
-                    tc::mma_bf16(s[m][2 * p + 1], q_step[m], b[2], b[3]);
+                    tc::mma(s[m][2 * p], q_step[m], b[0], b[1]);
+                    tc::mma(s[m][2 * p + 1], q_step[m], b[2], b[3]);
                 }
             }
         }
@@ -304,10 +304,10 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
             std::uint32_t p_frag[kRowTiles][4];
 #pragma unroll
             for (int m = 0; m < kRowTiles; ++m) {
-                p_frag[m][0] = tc::pack_bf16(s[m][2 * j][0], s[m][2 * j][1]);
-                p_frag[m][1] = tc::pack_bf16(s[m][2 * j][2], s[m][2 * j][3]);
-                p_frag[m][2] = tc::pack_bf16(s[m][2 * j + 1][0], s[m][2 * j + 1][1]);
-                p_frag[m][3] = tc::pack_bf16(s[m][2 * j + 1][2], s[m][2 * j + 1][3]);
+                p_frag[m][0] = tc::pack(s[m][2 * j][0], s[m][2 * j][1]);
+                p_frag[m][1] = tc::pack(s[m][2 * j][2], s[m][2 * j][3]);
+                p_frag[m][2] = tc::pack(s[m][2 * j + 1][0], s[m][2 * j + 1][1]);
+                p_frag[m][3] = tc::pack(s[m][2 * j + 1][2], s[m][2 * j + 1][3]);
             }
 #pragma unroll
             for (int p = 0; p < kD / 16; ++p) {
@@ -315,8 +315,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
                 tc::ldmatrix_x4<true>(b, v_tile + swizzled_step<kD>(a_lane, j * 16, p * 16));
 #pragma unroll
                 for (int m = 0; m < kRowTiles; ++m) {
-                    tc::mma_bf16(o[m][2 * p], p_frag[m], b[0], b[1]);
-                    tc::mma_bf16(o[m][2 * p + 1], p_frag[m], b[2], b[3]);
+                    tc::mma(o[m][2 * p], p_frag[m], b[0], b[1]);
+                    tc::mma(o[m][2 * p + 1], p_frag[m], b[2], b[3]);
                 }
             }
         }
@@ -333,23 +333,23 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSm)
             const int row = row0 + m * 16 + g + 8 * h;
             if (row >= T) continue;
             const float inv_sum = 1.0f / sum;
-            __nv_bfloat16* out = O + head * T * kD + static_cast<long long>(row) * kD;
+            tc::Element* out = O + head * T * kD + static_cast<long long>(row) * kD;
 #pragma unroll
             for (int n = 0; n < kD / 8; ++n)
-                *reinterpret_cast<__nv_bfloat162*>(out + n * 8 + 2 * t) =
-                    __floats2bfloat162_rn(o[m][n][2 * h] * inv_sum, o[m][n][2 * h + 1] * inv_sum);
+                *reinterpret_cast<std::uint32_t*>(out + n * 8 + 2 * t) =
+                    tc::pack(o[m][n][2 * h] * inv_sum, o[m][n][2 * h + 1] * inv_sum);
             // L = log sum_j exp(scale s_j) = ln 2 * (the row's maximum, in log2 units) + log(sum).
             if (t == 0) L[head * T + row] = row_max[m][h] * 0.6931471805599453f + logf(sum);
         }
 }
 
 template <class Tl>
-void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-            __nv_bfloat16* O, float* L, int batch, int heads, int T, float scale, bool causal) {
+void launch(const tc::Element* Q, const tc::Element* K, const tc::Element* V, tc::Element* O,
+            float* L, int batch, int heads, int T, float scale, bool causal) {
     // Where a block cannot have this tiling's shared memory (GPUs that opt in to less than an
-    // A100 or an H100), the readable kernel runs.
+    // A100 or an H100), or this build has no cp.async (sm_75, in fp16), the readable kernel runs.
     static const std::size_t available = course::opt_in_shared_bytes(flash_tc_fast_kernel<Tl>);
-    if (available < static_cast<std::size_t>(Tl::kSharedBytes)) {
+    if (!tc::kAsyncCopies || available < static_cast<std::size_t>(Tl::kSharedBytes)) {
         readable::flash_tc(Q, K, V, O, L, batch, heads, T, Tl::kD, scale, causal);
         return;
     }
@@ -361,9 +361,8 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
 
 }  // namespace
 
-void flash_tc(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-              __nv_bfloat16* O, float* L, int batch, int heads, int T, int D, float scale,
-              bool causal) {
+void flash_tc(const tc::Element* Q, const tc::Element* K, const tc::Element* V, tc::Element* O,
+              float* L, int batch, int heads, int T, int D, float scale, bool causal) {
     if (D == 64)
         launch<TilingD64>(Q, K, V, O, L, batch, heads, T, scale, causal);
     else

@@ -313,11 +313,17 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
                                  " bytes of shared memory per block; " + std::to_string(available) +
                                  " here");
     // One matrix of heads_total * T rows of kD per tensor, copied in boxes of 128 rows x 64
-    // columns.
+    // columns. hopper::tensor_map takes the tensor-core exercises' element, fp16 in a tree that
+    // builds for sm_75 (course/tensor_element.h): the cast changes only the pointer's type (the
+    // data is bf16, and the map says so).
     const int rows = heads_total * T;
-    const CUtensorMap q_map = hopper::tensor_map(Q, rows, kD, kBlockM, kChunkCols);
-    const CUtensorMap k_map = hopper::tensor_map(K, rows, kD, kBlockN, kChunkCols);
-    const CUtensorMap v_map = hopper::tensor_map(V, rows, kD, kBlockN, kChunkCols);
+    const auto map = [rows](const __nv_bfloat16* tensor, int box_rows) {
+        return hopper::tensor_map(reinterpret_cast<const course::TensorElement*>(tensor), rows, kD,
+                                  box_rows, kChunkCols);
+    };
+    const CUtensorMap q_map = map(Q, kBlockM);
+    const CUtensorMap k_map = map(K, kBlockN);
+    const CUtensorMap v_map = map(V, kBlockN);
     const dim3 grid(course::ceil_div(T, kBlockM), heads_total);
     kernel<<<grid, kThreads, Smem<kD>::kBytes>>>(q_map, k_map, v_map, O, L, T, scale, causal);
     CUDA_CHECK_LAUNCH();

@@ -46,6 +46,27 @@ struct Table {
     void (*nccl_all_reduce_sum)(void* const* buffers, int gpus, std::size_t count, Element element);
     void (*cub_segmented_sort_descending)(const float* keys, float* sorted_keys,
                                           int* sorted_indices, int rows, int cols);
+    // The fp16 twins of the bf16 entries (the tensor-core exercises in a build for sm_75).
+    void (*cublas_gemm_fp16)(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                             float* C);
+    void (*cublas_attention_fp16)(const std::uint16_t* Q, const std::uint16_t* K,
+                                  const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                  int heads, int T, int D, float scale, bool causal);
+    void (*cublas_attention_backward_fp16)(const std::uint16_t* Q, const std::uint16_t* K,
+                                           const std::uint16_t* V, const std::uint16_t* O,
+                                           const std::uint16_t* dO, const float* L, float* dQ,
+                                           float* dK, float* dV, int batch, int heads, int T, int D,
+                                           float scale, bool causal);
+    void (*cudnn_attention_fp16)(const std::uint16_t* Q, const std::uint16_t* K,
+                                 const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                 int heads, int T, int D, float scale, bool causal,
+                                 int qkv_row_stride, int o_row_stride);
+    void (*cudnn_attention_backward_fp16)(const std::uint16_t* Q, const std::uint16_t* K,
+                                          const std::uint16_t* V, const std::uint16_t* O,
+                                          const std::uint16_t* dO, const float* L,
+                                          std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV,
+                                          int batch, int heads, int T, int D, float scale,
+                                          bool causal, int qkv_row_stride, int o_row_stride);
 };
 
 // The C name of the library's `const Table* course_baselines_table()`.

@@ -85,6 +85,13 @@ inline void cublas_gemm_bf16(int M, int N, int K, const std::uint16_t* A, const 
     table().cublas_gemm_bf16(M, N, K, A, B, C);
 }
 
+// The same with fp16 A and B (bits of __half): the baseline of module 05's tensor-core rungs in a
+// build for sm_75 (course/tensor_element.h).
+inline void cublas_gemm_fp16(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B,
+                             float* C) {
+    table().cublas_gemm_fp16(M, N, K, A, B, C);
+}
+
 // *out = sum of in[0..n), CUB DeviceReduce::Sum.
 inline void cub_reduce_sum(const float* in, float* out, std::size_t n) {
     table().cub_reduce_sum(in, out, n);
@@ -181,6 +188,36 @@ inline void cudnn_attention_backward_token_major_bf16(
     int qkv_row_stride, int o_row_stride) {
     table().cudnn_attention_backward_bf16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
                                           causal, qkv_row_stride, o_row_stride);
+}
+
+// The fp16 twins of the four above (bits of __half; P, O and cuDNN's gradients in fp16): module
+// 07's baselines in a build for sm_75 (course/tensor_element.h).
+inline void cublas_attention_fp16(const std::uint16_t* Q, const std::uint16_t* K,
+                                  const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                  int heads, int T, int D, float scale, bool causal) {
+    table().cublas_attention_fp16(Q, K, V, O, L, batch, heads, T, D, scale, causal);
+}
+inline void cublas_attention_backward_fp16(const std::uint16_t* Q, const std::uint16_t* K,
+                                           const std::uint16_t* V, const std::uint16_t* O,
+                                           const std::uint16_t* dO, const float* L, float* dQ,
+                                           float* dK, float* dV, int batch, int heads, int T, int D,
+                                           float scale, bool causal) {
+    table().cublas_attention_backward_fp16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                           causal);
+}
+inline void cudnn_attention_fp16(const std::uint16_t* Q, const std::uint16_t* K,
+                                 const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
+                                 int heads, int T, int D, float scale, bool causal) {
+    table().cudnn_attention_fp16(Q, K, V, O, L, batch, heads, T, D, scale, causal, 0, 0);
+}
+inline void cudnn_attention_backward_fp16(const std::uint16_t* Q, const std::uint16_t* K,
+                                          const std::uint16_t* V, const std::uint16_t* O,
+                                          const std::uint16_t* dO, const float* L,
+                                          std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV,
+                                          int batch, int heads, int T, int D, float scale,
+                                          bool causal) {
+    table().cudnn_attention_backward_fp16(Q, K, V, O, dO, L, dQ, dK, dV, batch, heads, T, D, scale,
+                                          causal, 0, 0);
 }
 
 // Whether the NCCL baselines can run here: the course was built with NCCL (COURSE_NCCL_ROOT,

@@ -22,6 +22,7 @@
 
 #include "course/buffer.h"
 #include "course/compare.h"
+#include "course/tensor_element.h"
 
 namespace course {
 
@@ -89,7 +90,8 @@ class TimedOutput {
 // so that its rate looks plausible) is then wrong on about half the calls. The second set is the
 // first with every element XORed with a mask: a float's or a double's sign bit by default (every
 // value negated: still a valid input of a GEMM, a softmax, a norm, attention), any mask for other
-// elements (bf16 bits: 0x8000, their sign; bytes or bins: a mask that keeps every value valid).
+// elements (bf16 or fp16 bits: 0x8000, their sign, as course::sign_flipped names it; bytes or
+// bins: a mask that keeps every value valid).
 // The flip runs on the device, in place, outside the timed region (its cost is counted with the
 // checking's). The baseline always sees the first set, so that its output can be checked too.
 // Name at least one input on which every output depends (a GEMM's A, attention's Q, the
@@ -140,8 +142,11 @@ inline double tflop_per_s(double flops, double ms) { return flops / (ms * 1e9); 
 inline constexpr double kPhysicalCeilingMargin = 1.10;
 
 // Where a case's FLOPs are computed, which sets its physical ceiling: the CUDA cores in float32,
-// or the tensor cores with bf16 inputs and float32 accumulation.
-enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores };
+// or the tensor cores with bf16 (fp16) inputs and float32 accumulation.
+enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores, fp16_tensor_cores };
+// The tensor-core exercises' units: those of course::TensorElement (course/tensor_element.h).
+constexpr FlopUnits kTensorFlopUnits =
+    kFp16TensorCores ? FlopUnits::fp16_tensor_cores : FlopUnits::bf16_tensor_cores;
 
 // Record a timed case: the rate of the code under test and of the baseline, each from its median
 // time, as GoogleTest properties (read by the grader), and one printed line. `label` names the
@@ -149,8 +154,8 @@ enum class FlopUnits { fp32_cuda_cores, bf16_tensor_cores };
 // Write the napkin math (which reads and writes make the bytes, where the FLOPs come from) beside
 // the call. A rate above the physical ceiling (the GPU's DRAM bandwidth on paper, or the copy
 // timed in the same run, whichever is higher, for GB/s; for TFLOP/s the peak of `units`, FP32 or
-// bf16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot have done
-// the work counted.
+// bf16 or fp16 tensor core; times kPhysicalCeilingMargin) throws instead: the timed calls cannot
+// have done the work counted.
 void record_bandwidth(const std::string& label, const PairTiming& timing, double bytes,
                       const std::string& baseline, double baseline_bytes);  // GB/s
 void record_flops(const std::string& label, const PairTiming& timing, double flops,

@@ -28,7 +28,7 @@ struct Coord {
     int col = 0;
 };
 
-// ---- mma.sync.aligned.m16n8k16, .bf16 or .f16 inputs, .f32 accumulators -------------------------
+// ---- mma.sync.aligned.m16n8k16, .bf16 or .f16 inputs, .f32 accumulators (sm_80) -----------------
 // (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type".) A warp's 32 lanes form
 // 8 groups of 4: group = lane / 4 picks the row (of 8), lane % 4 a pair of columns. Each 32-bit
 // register holds two 16-bit elements, `half` 0 in the low bits.
@@ -50,6 +50,20 @@ COURSE_LAYOUT_FN Coord mma_b_element(int lane, int reg, int half) {
 COURSE_LAYOUT_FN Coord mma_c_element(int lane, int i) {
     return {lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2};
 }
+
+// ---- mma.sync.aligned.m16n8k8, .f16 inputs, .f32 accumulators (sm_75) ---------------------------
+// (PTX ISA, "Matrix Fragments for mma.m16n8k8", .f16.) Turing's tensor-core instruction: half the
+// k of m16n8k16, and its fragments are the first half of m16n8k16's. A (16 x 8) is 2 registers,
+// B (8 x 8) one, C and D as above (mma_c_element). So m16n8k16's A registers {0, 1} and {2, 3}
+// are the A fragments of its k 0-7 and k 8-15, and its B registers 0 and 1 their B fragments:
+// one m16n8k16 is two m16n8k8 on the same registers, and ldmatrix feeds both alike.
+
+// A (16 x 8, ".row"): register reg (0, 1), half: register 0 holds rows 0-7, register 1 rows 8-15.
+COURSE_LAYOUT_FN Coord mma_k8_a_element(int lane, int reg, int half) {
+    return mma_a_element(lane, reg, half);
+}
+// B (8 x 8, ".col": stored as 8 rows n of 8 k), its one register: (row = n, col = k).
+COURSE_LAYOUT_FN Coord mma_k8_b_element(int lane, int half) { return mma_b_element(lane, 0, half); }
 
 // ---- ldmatrix.sync.aligned.m8n8.x4.b16 ----------------------------------------------------------
 // (PTX ISA, "Warp-level matrix load instruction: ldmatrix".) Loads four 8 x 8 matrices of 16-bit

@@ -26,6 +26,8 @@ struct GpuInfo {
     std::string fp32_peak_formula;
     double bf16_tensor_peak_tflop_s = 0;
     std::string bf16_tensor_peak_formula;
+    double fp16_tensor_peak_tflop_s = 0;  // the same with fp16 inputs (a T4 has these only)
+    std::string fp16_tensor_peak_formula;
 };
 
 // Queried once per process.

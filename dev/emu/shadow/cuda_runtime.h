@@ -4,7 +4,8 @@
 // the checkers and the solutions call is here. The emulated GPU is an H100 by default:
 //   EMU_CLUSTERS=0    a GPU without thread block clusters (pre-Hopper paths)
 //   EMU_OPTIN=<KB>    the shared memory a block may opt into (227 H100, 163 A100, 99 consumer)
-//   EMU_SM=<NN>       the compute capability reported (90)
+//   EMU_SM=<NN>       the compute capability reported (90), and the architecture kernels report
+//                     having been compiled for (default: the build's, COURSE_EMULATED_ARCH)
 #pragma once
 
 #include <chrono>
@@ -189,7 +190,10 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 
 template <class Kernel>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel) {
-    *attributes = {0, emu::env_or("EMU_SM", 90), emu::env_or("EMU_SM", 90)};
+    // What the code was compiled for: the emulated build's architecture (Emulate.cmake:
+    // COURSE_EMULATED_ARCH), unless EMU_SM says otherwise.
+    const int compiled = emu::env_or("EMU_SM", __CUDA_ARCH__ / 10);
+    *attributes = {0, compiled, compiled};
     return cudaSuccess;
 }
 template <class Kernel>

@@ -1,18 +1,19 @@
 // Checker of the tensor-core rungs of 05_gemm_advanced (wmma_gemm, mma_gemm, mma_pipeline,
 // wgmma_gemm): they share the contract (gemm_bf16.h) and this file. C = A B^T against a double-
-// precision CPU product of the same bf16 inputs (random in [-1, 1), never zero matrices), on
+// precision CPU product of the same 16-bit inputs (random in [-1, 1), never zero matrices; bf16,
+// or fp16 in a build for sm_75: course/tensor_element.h), on
 // shapes with partial tiles along M and N, K = 8 (less than one k16 step), K = 16, K = 24, K tails
 // of every tile width, K = 8192, a tall-skinny and a short-wide product. Every shape runs three
 // times with C full of NaN: a correct kernel writes every element, reads none, and gives the same
 // bits every run. A failure names the mistake where the output shows one: the last, partial K
 // tile dropped, results that change from run to run (a stage read before its copy landed),
 // `wrote past the end of C` (a store guard), `never written` (a skipped partial tile).
-// Then the rate at 4096^3 and 8192^3 against cuBLAS (cublasGemmEx, bf16 in, float32 compute and
-// C, the same "TN" layout), timed in the same run, with both outputs checked on whole rows and
-// columns: the cases the target is judged on. Then 512, 1024 and 2048, for the ladder.
-// An exercise whose device code this build cannot hold (bf16 tensor cores need sm_80, wgmma sm_90a)
-// skips with the reason.
-#include <cuda_bf16.h>
+// Then the rate at 4096^3 and 8192^3 against cuBLAS (cublasGemmEx, the same 16-bit inputs,
+// float32 compute and C, the same "TN" layout), timed in the same run, with both outputs checked
+// on whole rows and columns: the cases the target is judged on (in bf16; the fp16 cases of a
+// build for sm_75 are shown, not judged). Then 512, 1024 and 2048, for the ladder.
+// An exercise whose device code this build cannot hold (mma_pipeline's cp.async and bf16 need
+// sm_80, wgmma sm_90a) skips with the reason.
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "course/baselines.h"
+#include "course/bf16.h"
 #include "course/reference/linalg.h"
 #include "course/testing.h"
 #include "gemm_bf16.h"
@@ -59,7 +61,13 @@ Build device_build() {
     return build;
 }
 
-// Why this exercise cannot run here although the GPU is recent enough, or nothing.
+// What an exercise above sm_75 needs that a T4 lacks (its min_sm: 80 or 90).
+const std::string kFeature = COURSE_MIN_SM >= 90
+                                 ? "a Hopper GPU (sm_90a: wgmma, TMA)"
+                                 : "compute capability 8.0 or newer (cp.async, bf16 tensor cores)";
+
+// Why this exercise cannot run here although the GPU is recent enough, or nothing. A build for
+// sm_75 gives the rungs fp16 (course/tensor_element.h); those above it have no fp16 path.
 std::optional<std::string> build_skip_reason() {
     const Build build = device_build();
     const std::string rebuild =
@@ -68,20 +76,23 @@ std::optional<std::string> build_skip_reason() {
     if (COURSE_MIN_SM >= 90 && !build.sm90a)
         return "needs a Hopper GPU (sm_90a): this build's device code is for sm_" +
                std::to_string(build.arch) + rebuild;
-    if (build.arch < COURSE_MIN_SM)
-        return "needs device code for sm_" + std::to_string(COURSE_MIN_SM) +
-               " or newer (bf16 tensor cores): this build is for sm_" + std::to_string(build.arch) +
-               rebuild;
+    if (build.arch < COURSE_MIN_SM || (COURSE_MIN_SM > 75 && course::kFp16TensorCores))
+        return "needs device code for sm_" + std::to_string(COURSE_MIN_SM) + " or newer (" +
+               (COURSE_MIN_SM >= 90 ? "wgmma, TMA" : "cp.async, bf16 tensor cores") +
+               "): this build is for sm_" + std::to_string(build.arch) +
+               (course::kFp16TensorCores ? ", in fp16" : "") + rebuild;
     return std::nullopt;
 }
 
 class GemmBf16 : public course::GpuTest {
   protected:
     void SetUp() override {
-        // wgmma and setmaxnreg run on compute capability 9.0 only (sm_90a code runs nowhere else).
+        // A GPU without what the exercise teaches: say what (wgmma and setmaxnreg run on compute
+        // capability 9.0 only: sm_90a code runs nowhere else; cp.async and bf16 from 8.0 on).
         const course::GpuInfo& g = course::gpu();
-        if (COURSE_MIN_SM >= 90 && g.available && g.sm != 90) {
-            const std::string reason = "needs a Hopper GPU (sm_90a); " + g.name + " is " +
+        if (COURSE_MIN_SM > 75 && g.available &&
+            (COURSE_MIN_SM >= 90 ? g.sm != 90 : g.sm < COURSE_MIN_SM)) {
+            const std::string reason = "needs " + kFeature + "; " + g.name + " is " +
                                        std::to_string(g.sm / 10) + "." + std::to_string(g.sm % 10);
             RecordProperty("skip_reason", reason);
             GTEST_SKIP() << reason;
@@ -111,47 +122,50 @@ std::size_t count(int rows, int cols) {
     return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
 }
 
-// Inputs uniform in [-1, 1), rounded to bf16: a product a_k b_k has mean square 1/9.
+// Inputs uniform in [-1, 1), rounded to 16 bits: a product a_k b_k has mean square 1/9.
 constexpr double kProductRms = 1.0 / 3.0;
 // Shapes up to this many multiply-adds get the partial-K-tile diagnosis (one CPU product per
 // tile width tried).
 constexpr double kDiagnosedWork = 1 << 27;
 // The sizes of the sweep are recorded under another baseline name, so that the target is judged
-// on 4096^3 and 8192^3 alone.
-constexpr const char* kBaseline = "cublas_gemm_bf16";
-constexpr const char* kSweepBaseline = "cublas_gemm_bf16_sweep";
+// on 4096^3 and 8192^3 alone. In fp16 (a build for sm_75) the baseline is cuBLAS in fp16, under
+// its own name: the target is a bf16 figure, so those cases are shown, not judged.
+const std::string kBaseline = std::string("cublas_gemm_") + course::kTensorElementName;
+const std::string kSweepBaseline = kBaseline + "_sweep";
 
-// The product of two bf16 values is exact in float32, and the reference sums the same products in
-// double: what remains is the float32 accumulation of K products. Round to nearest, as the CUDA
-// cores add, that is the float32 tolerance of module 04 (course::Tolerance::float32); the tensor
-// cores add groups of products and truncate (round toward zero), so the errors need not cancel:
-// at most K additions, each off by up to 2^-23 of a partial sum of about sqrt(K) products, with 4x
-// headroom. A dropped partial K tile (8 products or more, about 1 in size) stays far outside it.
+// cuBLAS's GEMM in the exercise's element type.
+void cublas_gemm(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, float* C) {
+    if (course::kFp16TensorCores)
+        course::baseline::cublas_gemm_fp16(M, N, K, A, B, C);
+    else
+        course::baseline::cublas_gemm_bf16(M, N, K, A, B, C);
+}
+
+// The product of two bf16 (or fp16) values is exact in float32, and the reference sums the same
+// products in double: what remains is the float32 accumulation of K products. Round to nearest, as
+// the CUDA cores add, that is the float32 tolerance of module 04 (course::Tolerance::float32); the
+// tensor cores add groups of products and truncate (round toward zero), so the errors need not
+// cancel: at most K additions, each off by up to 2^-23 of a partial sum of about sqrt(K) products,
+// with 4x headroom. A dropped partial K tile (8 products or more, about 1 in size) stays far
+// outside it.
 course::Tolerance tolerance(int K) {
     auto tol = course::Tolerance::float32(static_cast<std::size_t>(K), kProductRms);
     tol.atol += 4.0 * 0x1.0p-23 * K * std::sqrt(static_cast<double>(K)) * kProductRms;
     return tol;
 }
 
-// `count` values uniform in [-1, 1), rounded to bf16: the bits for the device, the values (exact
-// in float) for the reference.
-struct Bf16Matrix {
+// `count` values uniform in [-1, 1), rounded to the exercise's element type: the bits for the
+// device, the values (exact in float) for the reference.
+struct Matrix16 {
     std::vector<std::uint16_t> bits;
     std::vector<float> values;
 };
 
-Bf16Matrix random_bf16(std::size_t count, course::Rng& rng) {
-    Bf16Matrix m{std::vector<std::uint16_t>(count), course::random_floats(count, -1.0f, 1.0f, rng)};
-    for (std::size_t i = 0; i < count; ++i) {
-        const __nv_bfloat16 rounded = __float2bfloat16_rn(m.values[i]);
-        std::memcpy(&m.bits[i], &rounded, sizeof(std::uint16_t));
-        m.values[i] = __bfloat162float(rounded);
-    }
+Matrix16 random_matrix(std::size_t count, course::Rng& rng) {
+    Matrix16 m{{}, course::random_floats(count, -1.0f, 1.0f, rng)};
+    m.bits = course::tensor_bits(m.values);
+    for (std::size_t i = 0; i < count; ++i) m.values[i] = course::from_tensor_element(m.bits[i]);
     return m;
-}
-
-const __nv_bfloat16* as_bf16(const course::DeviceBuffer<std::uint16_t>& buffer) {
-    return reinterpret_cast<const __nv_bfloat16*>(buffer.data());
 }
 
 bool agrees(const std::vector<float>& got, const std::vector<double>& want,
@@ -163,7 +177,7 @@ bool agrees(const std::vector<float>& got, const std::vector<double>& want,
 
 // A B^T over the first `kept` values of k only (what a kernel that drops the last partial K tile
 // computes).
-std::vector<double> product_over_first(const Bf16Matrix& A, const Bf16Matrix& B, const Shape& shape,
+std::vector<double> product_over_first(const Matrix16& A, const Matrix16& B, const Shape& shape,
                                        int kept) {
     std::vector<float> a(count(shape.M, kept)), b(count(shape.N, kept));
     for (int r = 0; r < shape.M; ++r)
@@ -188,7 +202,7 @@ std::vector<float> blocks_transposed(const std::vector<float>& m, int rows, int 
 }
 
 // What a wrong C looks like, when a known mistake explains it.
-std::string diagnose(const std::vector<float>& got, const Bf16Matrix& A, const Bf16Matrix& B,
+std::string diagnose(const std::vector<float>& got, const Matrix16& A, const Matrix16& B,
                      const Shape& shape) {
     if (static_cast<double>(shape.M) * shape.N * shape.K > kDiagnosedWork) return "";
     // A fragment loaded with the wrong layout: each 16 x 16 block of that operand transposed.
@@ -244,8 +258,8 @@ testing::AssertionResult verdict(const std::vector<float>& got, const std::vecto
 // Checks one shape against the full CPU product: three runs into a C full of NaN.
 void check_shape(const Shape& shape, course::Rng& rng) {
     SCOPED_TRACE(describe(shape));
-    const Bf16Matrix A = random_bf16(count(shape.M, shape.K), rng);
-    const Bf16Matrix B = random_bf16(count(shape.N, shape.K), rng);
+    const Matrix16 A = random_matrix(count(shape.M, shape.K), rng);
+    const Matrix16 B = random_matrix(count(shape.N, shape.K), rng);
     const auto want = course::reference::matmul_abt(A.values, B.values, shape.M, shape.N, shape.K);
     course::DeviceBuffer<std::uint16_t> d_A("A", A.bits), d_B("B", B.bits);
     course::DeviceBuffer<float> d_C("C", count(shape.M, shape.N));
@@ -253,7 +267,8 @@ void check_shape(const Shape& shape, course::Rng& rng) {
     std::vector<std::vector<float>> runs;
     for (int attempt = 0; attempt < 3; ++attempt) {
         d_C.poison();
-        gemm_bf16(shape.M, shape.N, shape.K, as_bf16(d_A), as_bf16(d_B), d_C.data());
+        gemm_bf16(shape.M, shape.N, shape.K, course::as_tensor(d_A), course::as_tensor(d_B),
+                  d_C.data());
         runs.push_back(d_C.download());
     }
     std::size_t differing = 0;
@@ -309,7 +324,7 @@ std::vector<int> sample_lines(int extent, course::Rng& rng) {
 
 // Whole rows and columns (`lines`) of an n x n x n product against the CPU: the full product
 // would take minutes.
-void check_lines(const std::vector<float>& got, const Bf16Matrix& A, const Bf16Matrix& B, int n,
+void check_lines(const std::vector<float>& got, const Matrix16& A, const Matrix16& B, int n,
                  const std::vector<int>& lines, const std::string& name) {
     for (int row : lines) {
         std::vector<float> values(got.begin() + count(row, n), got.begin() + count(row + 1, n));
@@ -335,25 +350,23 @@ void check_lines(const std::vector<float>& got, const Bf16Matrix& A, const Bf16M
 
 // Times gemm_bf16 on n x n x n against cuBLAS, samples interleaved, every timed call's C checked
 // against the warm-up's; then checks both outputs on whole lines (cuBLAS's too: the baseline must
-// compute what the exercise computes). The rate's ceiling is the tensor cores' bf16 peak.
-void time_square(int n, const char* baseline_name, course::Rng rng) {
+// compute what the exercise computes). The rate's ceiling is the tensor cores' peak (bf16 or fp16).
+void time_square(int n, const std::string& baseline_name, course::Rng rng) {
     const std::size_t elements = count(n, n);
-    // A and B (bf16), C, cuBLAS's C and the harness's two copies of C (float), plus the timer's
+    // A and B (16-bit), C, cuBLAS's C and the harness's two copies of C (float), plus the timer's
     // L2 flush buffer.
     COURSE_REQUIRE_MEMORY(elements * (2 * 2 + 4 * 4) + (256u << 20));
     const Shape shape{n, n, n};
     SCOPED_TRACE(describe(shape));
-    const Bf16Matrix A = random_bf16(elements, rng), B = random_bf16(elements, rng);
+    const Matrix16 A = random_matrix(elements, rng), B = random_matrix(elements, rng);
     course::DeviceBuffer<std::uint16_t> d_A("A", A.bits), d_B("B", B.bits);
     course::DeviceBuffer<float> d_C("C", elements), d_C_cublas("cuBLAS's C", elements);
 
     const auto timing = course::time_against(
-        [&] { gemm_bf16(n, n, n, as_bf16(d_A), as_bf16(d_B), d_C.data()); },
-        [&] {
-            course::baseline::cublas_gemm_bf16(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data());
-        },
+        [&] { gemm_bf16(n, n, n, course::as_tensor(d_A), course::as_tensor(d_B), d_C.data()); },
+        [&] { cublas_gemm(n, n, n, d_A.data(), d_B.data(), d_C_cublas.data()); },
         {course::TimedOutput(d_C, tolerance(n))},
-        {course::TimedInput(d_A, std::uint16_t{0x8000})});  // the sign of every bf16 of A
+        {course::sign_flipped(d_A)});  // the sign of every element of A
 
     const auto lines = sample_lines(n, rng);
     check_lines(d_C.download(), A, B, n, lines, "C");
@@ -361,7 +374,7 @@ void time_square(int n, const char* baseline_name, course::Rng rng) {
     // C = A B^T: n^2 dot products of length n, each n multiplies and n adds; the same for both.
     const double flops = 2.0 * n * n * n;
     course::record_flops(label(shape), timing, flops, baseline_name, flops,
-                         course::FlopUnits::bf16_tensor_cores);
+                         course::kTensorFlopUnits);
 }
 
 // The judged cases (the manifest's baseline and target). 4096^3 is 137 GFLOP, about 0.2 ms for
@@ -386,13 +399,15 @@ TEST_F(GemmBf16, CPastTwoTo30Elements) {
                       (count(shape.M, shape.K) + count(shape.N, shape.K)) * 2 + (64u << 20));
     SCOPED_TRACE(describe(shape) + ": C past 2^30 elements");
     auto rng = test_rng();
-    const Bf16Matrix A = random_bf16(count(shape.M, shape.K), rng);
-    const Bf16Matrix B = random_bf16(count(shape.N, shape.K), rng);
+    const Matrix16 A = random_matrix(count(shape.M, shape.K), rng);
+    const Matrix16 B = random_matrix(count(shape.N, shape.K), rng);
     course::DeviceBuffer<std::uint16_t> d_A("A", A.bits), d_B("B", B.bits);
     course::DeviceBuffer<float> d_C("C", c_count);
 
-    course::run_large_case(
-        [&] { gemm_bf16(shape.M, shape.N, shape.K, as_bf16(d_A), as_bf16(d_B), d_C.data()); });
+    course::run_large_case([&] {
+        gemm_bf16(shape.M, shape.N, shape.K, course::as_tensor(d_A), course::as_tensor(d_B),
+                  d_C.data());
+    });
 
     std::vector<float> got;
     std::vector<double> want;

@@ -1,7 +1,8 @@
-// What the checkers of module 07 share: inputs (float32, or bf16 values kept as exact floats),
-// the references (the double CPU reference for small shapes, the float32 GPU reference of
-// common/ for large ones), tolerances with their derivation, the forward and backward case
-// runners, and the diagnoses that name the planted bugs' symptoms before the numbers.
+// What the checkers of module 07 share: inputs (float32, or the tensor-core exercises' 16-bit
+// values, bf16, or fp16 in a build for sm_75, kept as exact floats), the references (the double CPU
+// reference for small shapes, the float32 GPU reference of common/ for large ones), tolerances with
+// their derivation, the forward and backward case runners, and the diagnoses that name the planted
+// bugs' symptoms before the numbers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,16 +31,18 @@ namespace attention_checks {
 using course::reference::AttentionShape;
 
 constexpr double kUnitRoundoff = 0x1.0p-24;  // float32
-using course::kBf16Roundoff;                 // two bf16 roundings, relatively (course/bf16.h)
+// Two roundings to the tensor-core exercises' element, relatively: bf16, or fp16 in a build for
+// sm_75 (course/bf16.h, course/tensor_element.h).
+using course::kTensorRoundoff;
 
-// ---- bf16 on the host (course/bf16.h) ----
+// ---- That element on the host (course/bf16.h) ----
 
-using course::as_bf16;
-using course::bf16_bits;
-using course::bf16_values;
-using course::from_bf16;
+using course::as_tensor;
+using course::from_tensor_element;
 using course::sign_flipped;
-using course::to_bf16;
+using course::tensor_bits;
+using course::tensor_values;
+using course::to_tensor_element;
 
 // ---- Inputs ----
 
@@ -64,21 +67,22 @@ struct Case {
 };
 
 struct Inputs {
-    std::vector<float> Q, K, V, dO;  // bf16 values when made for a bf16 exercise
+    std::vector<float> Q, K, V, dO;  // 16-bit values when made for a tensor-core exercise
 };
 
-inline std::vector<float> random_values(std::size_t n, float magnitude, bool bf16,
+inline std::vector<float> random_values(std::size_t n, float magnitude, bool sixteen_bit,
                                         course::Rng& rng) {
     auto values = course::random_floats(n, -magnitude, magnitude, rng);
-    if (bf16)
-        for (float& v : values) v = from_bf16(to_bf16(v));
+    if (sixteen_bit)
+        for (float& v : values) v = from_tensor_element(to_tensor_element(v));
     return values;
 }
 
-inline Inputs make_inputs(const Case& c, bool bf16, course::Rng& rng) {
+inline Inputs make_inputs(const Case& c, bool sixteen_bit, course::Rng& rng) {
     const std::size_t n = c.shape.elements();
-    return {random_values(n, 2.0f * c.boost, bf16, rng), random_values(n, 2.0f, bf16, rng),
-            random_values(n, 1.0f, bf16, rng), random_values(n, 1.0f, bf16, rng)};
+    return {random_values(n, 2.0f * c.boost, sixteen_bit, rng),
+            random_values(n, 2.0f, sixteen_bit, rng), random_values(n, 1.0f, sixteen_bit, rng),
+            random_values(n, 1.0f, sixteen_bit, rng)};
 }
 
 // Shapes the CPU reference computes in a second or two; the others use the GPU reference.
@@ -139,6 +143,7 @@ inline Gradients reference_backward(const Inputs& in, const std::vector<float>& 
 //    relative u |s_j| (8 u times the largest score covers it, exp's own error included).
 //  - bf16: P is rounded to bf16 before it multiplies V (a relative 2^-9 per term) and O is
 //    rounded to bf16 (2^-9): 2^-8 absolute and relative is twice the worst of the two together.
+//    fp16 (a build for sm_75) the same with its 2^-11: 2^-10 (kTensorRoundoff).
 //  - L = m + log l: the same float32 terms, absolute (log turns relative errors of l into
 //    absolute ones), plus 8 u relative for |m|.
 // Against the float32 GPU reference, whose own error is of the same size, the float32 bounds
@@ -147,8 +152,8 @@ inline double float32_bound(const Case& c) {
     return kUnitRoundoff *
            (16.0 * std::sqrt(static_cast<double>(c.shape.T)) + 8.0 * c.largest_score());
 }
-inline course::Tolerance output_tolerance(const Case& c, bool bf16) {
-    if (bf16) return {kBf16Roundoff, kBf16Roundoff};
+inline course::Tolerance output_tolerance(const Case& c, bool sixteen_bit) {
+    if (sixteen_bit) return {kTensorRoundoff, kTensorRoundoff};
     const double bound = (small_enough_for_cpu(c.shape) ? 1.0 : 2.0) * float32_bound(c);
     return {bound, bound};
 }
@@ -157,7 +162,8 @@ inline course::Tolerance lse_tolerance(const Case& c) {
     return {factor * float32_bound(c), factor * 8.0 * kUnitRoundoff};
 }
 // Gradients: sums over up to T products of bf16-rounded P or dS (2^-9 relative each, random in
-// sign; the references take D_i from the same bf16 O the exercise gets): errors of about 2^-9 of
+// sign; the references take D_i from the same bf16 O the exercise gets; fp16's roundings are 4
+// times smaller, so the bounds below hold for it too): errors of about 2^-9 of
 // the terms. Where the terms are of the gradient's size, 2^-6 of its root mean square leaves a
 // margin of 8. Large scores make P nearly one-hot: a few rows then carry large dS of opposite
 // signs whose rounding errors do not cancel, while most gradients are near 0 (a small RMS): 2^-7
@@ -287,8 +293,9 @@ inline bool row_zero_mask_off_by_one(const std::vector<float>& got_L, std::size_
 }
 
 // What a wrong forward output says about the kernel, in the order the planted bugs are most
-// easily told apart. `got_O`, `got_L` are what the exercise wrote (floats; bf16 converted);
-// `in` the inputs, where the case is small enough to recompute rows on the CPU (else nullptr).
+// easily told apart. `got_O`, `got_L` are what the exercise wrote (floats; 16-bit values
+// converted); `in` the inputs, where the case is small enough to recompute rows on the CPU (else
+// nullptr).
 inline std::string forward_diagnosis(const std::vector<float>& got_O,
                                      const std::vector<float>& got_L, const Forward& want,
                                      const Case& c, const course::Tolerance& o_tol,
@@ -351,7 +358,8 @@ inline std::string forward_diagnosis(const std::vector<float>& got_O,
                "sum l is";
     if (O_right)
         return "O is right in every row but L is not: L_i = m_i + log(l_i), the largest scaled "
-               "score of the row (scale applied) plus the log of the sum of exp(s - m_i)";
+               "score of the whole row (scale applied; the running maximum m carried from tile "
+               "to tile, max(m_old, tile max)) plus the log of the sum of exp(s - m_i)";
     if (non_finite && c.boost == 1.0f)
         return "O or L holds inf or NaN, and no score of this case is large enough to overflow "
                "exp: a value read from shared memory before it landed (is there a "
@@ -377,7 +385,7 @@ inline std::string forward_diagnosis(const std::vector<float>& got_O,
 // ---- The forward cases ----
 
 // Runs the exercise on device buffers it is given; `Out` is float (fp32 exercises) or uint16_t
-// (bf16 bits).
+// (16-bit bits: bf16 or fp16).
 template <class Elem>
 using ForwardRun =
     std::function<void(const course::DeviceBuffer<Elem>& Q, const course::DeviceBuffer<Elem>& K,
@@ -389,14 +397,14 @@ std::vector<Elem> device_values(const std::vector<float>& values) {
     if constexpr (std::is_same_v<Elem, float>)
         return values;
     else
-        return bf16_bits(values);
+        return tensor_bits(values);
 }
 template <class Elem>
 std::vector<float> host_values(const std::vector<Elem>& got) {
     if constexpr (std::is_same_v<Elem, float>)
         return got;
     else
-        return bf16_values(got);
+        return tensor_values(got);
 }
 
 // One case: the exercise runs twice on the same inputs (outputs poisoned before each run); both
@@ -404,8 +412,8 @@ std::vector<float> host_values(const std::vector<Elem>& got) {
 template <class Elem>
 void check_forward(const ForwardRun<Elem>& run, const Case& c, course::Rng& rng) {
     SCOPED_TRACE(c.describe());
-    constexpr bool bf16 = !std::is_same_v<Elem, float>;
-    const Inputs in = make_inputs(c, bf16, rng);
+    constexpr bool sixteen_bit = !std::is_same_v<Elem, float>;
+    const Inputs in = make_inputs(c, sixteen_bit, rng);
     course::DeviceBuffer<Elem> Q("Q", device_values<Elem>(in.Q)), K("K", device_values<Elem>(in.K)),
         V("V", device_values<Elem>(in.V)), O("O", c.shape.elements());
     course::DeviceBuffer<float> L("L", c.shape.rows());
@@ -422,7 +430,7 @@ void check_forward(const ForwardRun<Elem>& run, const Case& c, course::Rng& rng)
         differing(first.first, O2) + differing(first.second, L2), "O and L together");
     const Forward want = reference_forward(in, c);
     const auto got_O = host_values<Elem>(O2);
-    const auto o_tol = output_tolerance(c, bf16), l_tol = lse_tolerance(c);
+    const auto o_tol = output_tolerance(c, sixteen_bit), l_tol = lse_tolerance(c);
     course::CompareOptions o_options{"O", course::Matrix{c.shape.rows(), c.shape.D}};
     o_options.diagnose = [&] {
         return race.empty() ? forward_diagnosis(got_O, L2, want, c, o_tol, l_tol,
@@ -496,8 +504,8 @@ void check_timed_forward(const course::DeviceBuffer<Elem>& O, const course::Devi
     const Forward want = reference_forward(in, c);
     const auto got_O = host_values<Elem>(O.download());
     const auto got_L = L.download();
-    constexpr bool bf16 = !std::is_same_v<Elem, float>;
-    const auto o_tol = output_tolerance(c, bf16), l_tol = lse_tolerance(c);
+    constexpr bool sixteen_bit = !std::is_same_v<Elem, float>;
+    const auto o_tol = output_tolerance(c, sixteen_bit), l_tol = lse_tolerance(c);
     course::CompareOptions options{"O (timed)", course::Matrix{c.shape.rows(), c.shape.D}};
     options.diagnose = [&] {
         return forward_diagnosis(got_O, got_L, want, c, o_tol, l_tol, nullptr);
@@ -506,24 +514,26 @@ void check_timed_forward(const course::DeviceBuffer<Elem>& O, const course::Devi
     EXPECT_TRUE(course::expect_close(got_O, want.O, o_tol, options));
 }
 
-// The T at which one head's T x T scores, `element_bytes` each (4: float; 2: bf16, the smallest
-// a kernel could keep them in), would not fit in this GPU's memory, rounded up to a multiple of
-// 1024.
+// The T at which one head's T x T scores, `element_bytes` each (4: float; 2: bf16 or fp16, the
+// smallest a kernel could keep them in), would not fit in this GPU's memory, rounded up to a
+// multiple of 1024.
 inline std::size_t t_beyond_memory(std::size_t element_bytes) {
     const double bytes = static_cast<double>(course::gpu().global_memory_bytes);
     const auto T = static_cast<std::size_t>(std::sqrt(bytes / element_bytes)) + 1;
     return (T + 1023) / 1024 * 1024;
 }
 
-// The case of one head whose T x T scores would not fit in memory, even in bf16 for the bf16
-// exercises, and its description.
-inline Case no_scores_case(bool bf16, bool causal) {
-    return Case{{1, 1, t_beyond_memory(bf16 ? 2 : 4), 64}, causal};
+// The case of one head whose T x T scores would not fit in memory, even in 16 bits for the
+// tensor-core exercises, and its description.
+inline Case no_scores_case(bool sixteen_bit, bool causal) {
+    return Case{{1, 1, t_beyond_memory(sixteen_bit ? 2 : 4), 64}, causal};
 }
-inline std::string no_scores_note(const Case& c, bool bf16) {
+inline std::string no_scores_note(const Case& c, bool sixteen_bit) {
     const double T = static_cast<double>(c.shape.T);
-    return c.describe() + ": a T x T " + (bf16 ? "bf16" : "float") + " buffer would need " +
-           std::to_string(T * T * (bf16 ? 2 : 4) / 1e9) + " GB, more than this GPU has";
+    return c.describe() + ": a T x T " +
+           (sixteen_bit ? std::string(course::kTensorElementName) : "float") +
+           " buffer would need " + std::to_string(T * T * (sixteen_bit ? 2 : 4) / 1e9) +
+           " GB, more than this GPU has";
 }
 
 // Rows to check of a case too long for a full reference: the first two, the last, and 6 random.
@@ -539,19 +549,19 @@ inline std::vector<std::size_t> sampled_rows(std::size_t T, course::Rng& rng) {
 // rows must match the CPU reference.
 template <class Elem>
 void no_scores_buffer(const ForwardRun<Elem>& run, bool causal, course::Rng& rng) {
-    constexpr bool bf16 = !std::is_same_v<Elem, float>;
-    const Case c = no_scores_case(bf16, causal);
+    constexpr bool sixteen_bit = !std::is_same_v<Elem, float>;
+    const Case c = no_scores_case(sixteen_bit, causal);
     const std::size_t T = c.shape.T;
-    SCOPED_TRACE(no_scores_note(c, bf16));
-    const Inputs in = make_inputs(c, bf16, rng);
+    SCOPED_TRACE(no_scores_note(c, sixteen_bit));
+    const Inputs in = make_inputs(c, sixteen_bit, rng);
     course::DeviceBuffer<Elem> Q("Q", device_values<Elem>(in.Q)), K("K", device_values<Elem>(in.K)),
         V("V", device_values<Elem>(in.V)), O("O", c.shape.elements());
     course::DeviceBuffer<float> L("L", c.shape.rows());
-    course::with_note_on_cuda_error(no_scores_note(c, bf16), [&] { run(Q, K, V, O, L, c); });
+    course::with_note_on_cuda_error(no_scores_note(c, sixteen_bit), [&] { run(Q, K, V, O, L, c); });
     const auto got_O = host_values<Elem>(O.download());
     const auto got_L = L.download();
     const auto rows = sampled_rows(T, rng);
-    const auto o_tol = output_tolerance(c, bf16), l_tol = lse_tolerance(c);
+    const auto o_tol = output_tolerance(c, sixteen_bit), l_tol = lse_tolerance(c);
     for (std::size_t row : rows) {
         const auto want = course::reference::attention_forward_row(in.Q, in.K, in.V, c.shape,
                                                                    c.scale(), causal, row);
@@ -564,36 +574,6 @@ void no_scores_buffer(const ForwardRun<Elem>& run, bool causal, course::Rng& rng
 
 // The T = 4096 shape the module is timed at.
 inline Case timed_case(std::size_t D, bool causal) { return Case{{4, 16, 4096, D}, causal}; }
-
-// ---- Tensor-core exercises: what this build's device code can run ----
-
-// A kernel of this build, whose device code is compiled for the build's architecture.
-__global__ void build_probe_kernel() {}
-
-// Why a tensor-core exercise cannot run here although the GPU can (the tree was built for an
-// older architecture, whose code traps), or nothing.
-inline std::optional<std::string> build_skip_reason(int min_sm) {
-    const int built = course::compiled_arch(build_probe_kernel);
-    if (built >= min_sm) return std::nullopt;
-    return "needs device code for sm_" + std::to_string(min_sm) +
-           " or newer (bf16 tensor cores, cp.async): this build is for sm_" +
-           std::to_string(built) +
-           ": rebuild the grader's tree for this GPU (cmake build/<tree> "
-           "-DCMAKE_CUDA_ARCHITECTURES=" +
-           std::to_string(course::gpu().sm) + ")";
-}
-
-class TensorCoreTest : public course::GpuTest {
-  protected:
-    void SetUp() override {
-        course::GpuTest::SetUp();
-        if (IsSkipped()) return;
-        if (auto reason = build_skip_reason(COURSE_MIN_SM)) {
-            RecordProperty("skip_reason", *reason);
-            GTEST_SKIP() << *reason;
-        }
-    }
-};
 
 // ---- Timed cases: the baseline ----
 
@@ -642,9 +622,9 @@ template <class Elem>
 course::PairTiming time_forward(const ForwardRun<Elem>& run, const Baselines<Elem>& baselines,
                                 const Case& c, course::Rng& rng) {
     SCOPED_TRACE(c.describe());
-    constexpr bool bf16 = !std::is_same_v<Elem, float>;
+    constexpr bool sixteen_bit = !std::is_same_v<Elem, float>;
     const std::size_t n = c.shape.elements(), rows = c.shape.rows();
-    const Inputs in = make_inputs(c, bf16, rng);
+    const Inputs in = make_inputs(c, sixteen_bit, rng);
     course::DeviceBuffer<Elem> Q("Q", device_values<Elem>(in.Q)), K("K", device_values<Elem>(in.K)),
         V("V", device_values<Elem>(in.V)), O("O", n), O_baseline("baseline O", n);
     course::DeviceBuffer<float> L("L", rows), L_baseline("baseline L", rows);
@@ -653,23 +633,23 @@ course::PairTiming time_forward(const ForwardRun<Elem>& run, const Baselines<Ele
         calls.push_back(
             {name, [&, baseline = baseline] { baseline(Q, K, V, O_baseline, L_baseline, c); }});
     const BaselineCall& baseline = first_that_runs(calls);
-    const auto timing = course::time_against([&] { run(Q, K, V, O, L, c); }, baseline.run,
-                                             {course::TimedOutput(O, output_tolerance(c, bf16)),
-                                              course::TimedOutput(L, lse_tolerance(c))},
-                                             {sign_flipped(Q)});
+    const auto timing =
+        course::time_against([&] { run(Q, K, V, O, L, c); }, baseline.run,
+                             {course::TimedOutput(O, output_tolerance(c, sixteen_bit)),
+                              course::TimedOutput(L, lse_tolerance(c))},
+                             {sign_flipped(Q)});
     check_timed_forward(O, L, in, c);
     course::record_flops(
         perf_label(c), timing, forward_flops(c), baseline.name, forward_flops(c),
-        bf16 ? course::FlopUnits::bf16_tensor_cores : course::FlopUnits::fp32_cuda_cores);
+        sixteen_bit ? course::kTensorFlopUnits : course::FlopUnits::fp32_cuda_cores);
     return timing;
 }
 
-// The bf16 forward baselines, in order of preference: cuDNN's fused attention where it runs here,
-// else cuBLAS's materialized attention (the two share one signature).
-using Bf16Attention = void (*)(const std::uint16_t* Q, const std::uint16_t* K,
-                               const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
-                               int heads, int T, int D, float scale, bool causal);
-inline BaselineRun<std::uint16_t> bf16_attention_baseline(Bf16Attention attention) {
+// A library's 16-bit attention (cuDNN's and cuBLAS's share this signature) as a timed baseline.
+using Attention16 = void (*)(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                             std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                             float scale, bool causal);
+inline BaselineRun<std::uint16_t> baseline_16(Attention16 attention) {
     return
         [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
             const auto& s = c.shape;
@@ -677,12 +657,6 @@ inline BaselineRun<std::uint16_t> bf16_attention_baseline(Bf16Attention attentio
                       static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
                       c.scale(), c.causal);
         };
-}
-inline Baselines<std::uint16_t> bf16_attention_baselines() {
-    return {
-        {"cudnn_attention_bf16", bf16_attention_baseline(course::baseline::cudnn_attention_bf16)},
-        {"cublas_attention_bf16",
-         bf16_attention_baseline(course::baseline::cublas_attention_bf16)}};
 }
 
 // Device memory a timed forward case needs besides the baselines' scratch: inputs, two outputs

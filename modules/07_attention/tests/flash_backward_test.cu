@@ -1,14 +1,13 @@
-// Checker of 07_attention/flash_backward: bf16 Q, K, V, dO (random, rounded to bf16), O and L
-// from the reference forward (O rounded to bf16), T around the tile sizes (1, 17, 63, 64, 65,
-// 1000, 4096), D 64 and 128, causal and not, B and H not 1: dQ, dK and dV against the double CPU
-// reference backward (the float32 GPU reference of common/ at T = 4096; the CPU reference is
-// itself checked against finite differences in double, common/tests/reference_attention_test.cpp).
-// Each case runs twice: dK and dV must come out with the same bits (dQ may not: atomics add in
-// any order). One head long enough that its T x T scores would not fit in this GPU's memory, even
-// in bf16, sampled rows checked. Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal
-// and not, next to
-// cuDNN's fused backward (else cuBLAS's materialized one). Skips where this build's device code
-// has no bf16 tensor cores.
+// Checker of 07_attention/flash_backward: 16-bit Q, K, V, dO (random, rounded to bf16, or fp16 in
+// a build for sm_75), O and L from the reference forward (O rounded likewise), T around the tile
+// sizes (1, 17, 63, 64, 65, 1000, 4096), D 64 and 128, causal and not, B and H not 1: dQ, dK and dV
+// against the double CPU reference backward (the float32 GPU reference of common/ at T = 4096; the
+// CPU reference is itself checked against finite differences in double,
+// common/tests/reference_attention_test.cpp). Each case runs twice: dK and dV must come out with
+// the same bits (dQ may not: atomics add in any order). One head long enough that its T x T scores
+// would not fit in this GPU's memory, even in 16 bits, sampled rows checked. Then the FLOP rate at
+// B 4, H 16, T 4096, D 64 and 128, causal and not, next to cuDNN's fused backward (else cuBLAS's
+// materialized one), in the same element type.
 #include "attention_checks.h"
 #include "flash_backward.h"
 
@@ -16,7 +15,7 @@ namespace {
 
 using namespace attention_checks;
 
-class FlashBackward : public TensorCoreTest {};
+class FlashBackward : public course::GpuTest {};
 
 using U16 = course::DeviceBuffer<std::uint16_t>;
 using F32 = course::DeviceBuffer<float>;
@@ -24,7 +23,7 @@ using F32 = course::DeviceBuffer<float>;
 struct Problem {
     Case c;
     Inputs in;
-    std::vector<float> O, L;  // the forward's, O rounded to bf16 as the exercise receives it
+    std::vector<float> O, L;  // the forward's, O rounded to 16 bits as the exercise receives it
     U16 dQ_in, dK_in, dV_in, d_O, d_dO;
     F32 d_L;
 
@@ -33,27 +32,28 @@ struct Problem {
           in(make_inputs(cc, true, rng)),
           O(),
           L(),
-          dQ_in("Q", bf16_bits(in.Q)),
-          dK_in("K", bf16_bits(in.K)),
-          dV_in("V", bf16_bits(in.V)),
+          dQ_in("Q", tensor_bits(in.Q)),
+          dK_in("K", tensor_bits(in.K)),
+          dV_in("V", tensor_bits(in.V)),
           d_O("O", forward_O()),
-          d_dO("dO", bf16_bits(in.dO)),
+          d_dO("dO", tensor_bits(in.dO)),
           d_L("L", L) {}
 
-    // Fills O and L from the reference forward; returns O's bf16 bits.
+    // Fills O and L from the reference forward; returns O's 16-bit bits.
     std::vector<std::uint16_t> forward_O() {
         const Forward f = reference_forward(in, c);
-        for (double o : f.O) O.push_back(from_bf16(to_bf16(static_cast<float>(o))));
+        for (double o : f.O)
+            O.push_back(from_tensor_element(to_tensor_element(static_cast<float>(o))));
         for (double l : f.L) L.push_back(static_cast<float>(l));
-        return bf16_bits(O);
+        return tensor_bits(O);
     }
 
     void run(F32& dQ, F32& dK, F32& dV) const {
         const auto& s = c.shape;
-        flash_backward(as_bf16(dQ_in), as_bf16(dK_in), as_bf16(dV_in), as_bf16(d_O), as_bf16(d_dO),
-                       d_L.data(), dQ.data(), dK.data(), dV.data(), static_cast<int>(s.batch),
-                       static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
-                       c.scale(), c.causal);
+        flash_backward(as_tensor(dQ_in), as_tensor(dK_in), as_tensor(dV_in), as_tensor(d_O),
+                       as_tensor(d_dO), d_L.data(), dQ.data(), dK.data(), dV.data(),
+                       static_cast<int>(s.batch), static_cast<int>(s.heads), static_cast<int>(s.T),
+                       static_cast<int>(s.D), c.scale(), c.causal);
     }
 };
 
@@ -164,8 +164,8 @@ TEST_F(FlashBackward, LargeScores) {
     for (bool causal : {false, true}) check_backward(Case{{2, 3, 130, 64}, causal, 30.0f}, rng);
 }
 
-// The gradients of sampled rows of one head, in double from what the kernel is given (bf16
-// values, O rounded to bf16, L): dQ of query rows, dK and dV of key rows with those indices, each
+// The gradients of sampled rows of one head, in double from what the kernel is given (16-bit
+// values, O rounded likewise, L): dQ of query rows, dK and dV of key rows with those indices, each
 // row a sum over T keys or queries (a full reference would be T^2 D; these are T D each).
 Gradients sampled_gradients(const Problem& p, const std::vector<std::size_t>& rows) {
     const std::size_t T = p.c.shape.T, D = p.c.shape.D;
@@ -202,9 +202,9 @@ Gradients sampled_gradients(const Problem& p, const std::vector<std::size_t>& ro
     return g;
 }
 
-// One head whose T x T scores would not fit in this GPU's memory even in bf16 (T about 200000 on
-// an 80 GB GPU): a kernel that keeps P or dS in a scratch buffer cannot allocate it. Causal, for
-// half the work; sampled rows of dQ, dK and dV against the reference.
+// One head whose T x T scores would not fit in this GPU's memory even in 16 bits (T about 200000
+// on an 80 GB GPU): a kernel that keeps P or dS in a scratch buffer cannot allocate it. Causal,
+// for half the work; sampled rows of dQ, dK and dV against the reference.
 TEST_F(FlashBackward, NoScoresBuffer) {
     ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 200k");
     COURSE_SKIP_ON_EMULATOR("one head whose T x T scores would not fit in memory");
@@ -234,8 +234,8 @@ TEST_F(FlashBackward, NoScoresBuffer) {
 // T x T x D where the forward has two), halved when causal.
 void rate(std::size_t D, bool causal, course::Rng& rng) {
     const Case c = timed_case(D, causal);
-    // cuBLAS's scores (float32) and two bf16 T x T buffers; the problem's buffers, three
-    // gradients, the baseline's three and the harness's two copies of each, cuDNN's bf16
+    // cuBLAS's scores (float32) and two 16-bit T x T buffers; the problem's buffers, three
+    // gradients, the baseline's three and the harness's two copies of each, cuDNN's 16-bit
     // gradients, and the GPU reference's float copies.
     COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + 26 * c.shape.elements() * sizeof(float) +
                           (512u << 20));
@@ -244,22 +244,27 @@ void rate(std::size_t D, bool causal, course::Rng& rng) {
     const std::size_t n = c.shape.elements();
     F32 dQ("dQ", n), dK("dK", n), dV("dV", n), bQ("baseline dQ", n), bK("baseline dK", n),
         bV("baseline dV", n);
-    U16 cQ("cuDNN dQ", n), cK("cuDNN dK", n), cV("cuDNN dV", n);  // cuDNN's are bf16
+    U16 cQ("cuDNN dQ", n), cK("cuDNN dK", n), cV("cuDNN dV", n);  // cuDNN's are 16-bit
     p.run(dQ, dK, dV);  // the tolerances of the timed outputs come from a first result
     const Gradients want = reference_backward(p.in, p.O, p.L, c);
     const int B = static_cast<int>(c.shape.batch), H = static_cast<int>(c.shape.heads),
               T = static_cast<int>(c.shape.T), d = static_cast<int>(c.shape.D);
+    // The libraries in the exercise's element type: bf16, or fp16 in a build for sm_75 (the
+    // cases then go under the fp16 names: shown, not judged, the targets being bf16 figures).
+    const std::string element = course::kTensorElementName;
+    const auto cudnn = course::kFp16TensorCores ? course::baseline::cudnn_attention_backward_fp16
+                                                : course::baseline::cudnn_attention_backward_bf16;
+    const auto cublas = course::kFp16TensorCores ? course::baseline::cublas_attention_backward_fp16
+                                                 : course::baseline::cublas_attention_backward_bf16;
     const std::vector<BaselineCall> baselines{
-        {"cudnn_attention_backward_bf16",
+        {"cudnn_attention_backward_" + element,
          [&] {
-             course::baseline::cudnn_attention_backward_bf16(
-                 p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
-                 p.d_L.data(), cQ.data(), cK.data(), cV.data(), B, H, T, d, c.scale(), c.causal);
+             cudnn(p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
+                   p.d_L.data(), cQ.data(), cK.data(), cV.data(), B, H, T, d, c.scale(), c.causal);
          }},
-        {"cublas_attention_backward_bf16", [&] {
-             course::baseline::cublas_attention_backward_bf16(
-                 p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
-                 p.d_L.data(), bQ.data(), bK.data(), bV.data(), B, H, T, d, c.scale(), c.causal);
+        {"cublas_attention_backward_" + element, [&] {
+             cublas(p.dQ_in.data(), p.dK_in.data(), p.dV_in.data(), p.d_O.data(), p.d_dO.data(),
+                    p.d_L.data(), bQ.data(), bK.data(), bV.data(), B, H, T, d, c.scale(), c.causal);
          }}};
     const BaselineCall& baseline = first_that_runs(baselines);
     const auto timing =
@@ -271,7 +276,7 @@ void rate(std::size_t D, bool causal, course::Rng& rng) {
     check_gradients(p, dQ, dK, dV, "", " (timed)");
     const double flops = 2.5 * forward_flops(c);
     course::record_flops(perf_label(c), timing, flops, baseline.name, flops,
-                         course::FlopUnits::bf16_tensor_cores);
+                         course::kTensorFlopUnits);
 }
 
 TEST_F(FlashBackward, RateD64) {

@@ -57,11 +57,11 @@ TEST_F(FlashCausal, RateD128) {
 
 // The causal run against the same kernel's non-causal run, in the same process: with the masked
 // tiles skipped it does half the work, so it takes clearly less than the non-causal time (at most
-// 65% of it; about 50% is the aim), whatever the kernel's efficiency. Judged against cuBLAS's causal
-// attention instead, the readable solution took 70% of its time on an H100 (its non-causal rate is
-// 81% of cuBLAS's): a bound there would fail a correct but slower skipping kernel with this message.
-// A non-causal path slowed on purpose would flatter this ratio; the D 64 rate above against cuBLAS
-// shows that in the table.
+// 65% of it; about 50% is the aim), whatever the kernel's efficiency. Judged against cuBLAS's
+// causal attention instead, the readable solution took 70% of its time on an H100 (its non-causal
+// rate is 81% of cuBLAS's): a bound there would fail a correct but slower skipping kernel with this
+// message. A non-causal path slowed on purpose would flatter this ratio; the D 64 rate above
+// against cuBLAS shows that in the table.
 TEST_F(FlashCausal, SkipsMaskedTiles) {
     auto rng = test_rng();
     const Case causal = timed_case(64, true), full = timed_case(64, false);

@@ -1,12 +1,12 @@
-// Checker of 07_attention/flash_tc: bf16 inputs (random, rounded to bf16; the references see the
-// same values), T around the tile sizes (1, 17, 63, 64, 65, 1000, 4096), D 64 and 128, causal
-// and not, B and H not 1, against the double CPU reference (the float32 GPU reference of common/
-// at T = 4096); scores in the hundreds (exp overflows without the row maximum); each case run
-// twice (the same bits both times: a missing barrier before a K/V buffer is overwritten shows as
-// a race); one head long enough that its T x T scores would not fit in this GPU's memory, even in
-// bf16. Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to
-// cuDNN's fused attention (else cuBLAS's materialized bf16 attention), timed in the same run.
-// Skips where this build's device code has no bf16 tensor cores (below sm_80).
+// Checker of 07_attention/flash_tc: 16-bit inputs (random, rounded to bf16, or fp16 in a build for
+// sm_75; the references see the same values), T around the tile sizes (1, 17, 63, 64, 65, 1000,
+// 4096), D 64 and 128, causal and not, B and H not 1, against the double CPU reference (the float32
+// GPU reference of common/ at T = 4096); scores in the hundreds (exp overflows without the row
+// maximum); each case run twice (the same bits both times: a missing barrier before a K/V buffer is
+// overwritten shows as a race); one head long enough that its T x T scores would not fit in this
+// GPU's memory, even in 16 bits. Then the FLOP rate at B 4, H 16, T 4096, D 64 and 128, causal and
+// not, next to cuDNN's fused attention (else cuBLAS's materialized attention), in the same element
+// type, timed in the same run.
 #include "attention_checks.h"
 #include "flash_tc.h"
 
@@ -14,34 +14,26 @@ namespace {
 
 using namespace attention_checks;
 
-class FlashTc : public TensorCoreTest {};
+class FlashTc : public course::GpuTest {};
 
 const ForwardRun<std::uint16_t> kFlashTc = [](const auto& Q, const auto& K, const auto& V, auto& O,
                                               auto& L, const Case& c) {
     const auto& s = c.shape;
-    flash_tc(as_bf16(Q), as_bf16(K), as_bf16(V), as_bf16(O), L.data(), static_cast<int>(s.batch),
-             static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
-             c.causal);
+    flash_tc(as_tensor(Q), as_tensor(K), as_tensor(V), as_tensor(O), L.data(),
+             static_cast<int>(s.batch), static_cast<int>(s.heads), static_cast<int>(s.T),
+             static_cast<int>(s.D), c.scale(), c.causal);
 };
 
-// A library's bf16 attention (cuDNN's and cuBLAS's share this signature) as a timed baseline.
-using Bf16Attention = void (*)(const std::uint16_t* Q, const std::uint16_t* K,
-                               const std::uint16_t* V, std::uint16_t* O, float* L, int batch,
-                               int heads, int T, int D, float scale, bool causal);
-BaselineRun<std::uint16_t> bf16_baseline(Bf16Attention attention) {
-    return
-        [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
-            const auto& s = c.shape;
-            attention(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
-                      static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
-                      c.scale(), c.causal);
-        };
-}
-
-// cuDNN's fused attention where it runs here, else cuBLAS's materialized attention.
+// cuDNN's fused attention where it runs here, else cuBLAS's materialized attention, in the
+// exercise's element type: bf16, or fp16 in a build for sm_75 (the cases then go under the fp16
+// names: shown, not judged, the targets being bf16 figures).
 const Baselines<std::uint16_t> kBaselines{
-    {"cudnn_attention_bf16", bf16_baseline(course::baseline::cudnn_attention_bf16)},
-    {"cublas_attention_bf16", bf16_baseline(course::baseline::cublas_attention_bf16)}};
+    {std::string("cudnn_attention_") + course::kTensorElementName,
+     baseline_16(course::kFp16TensorCores ? course::baseline::cudnn_attention_fp16
+                                          : course::baseline::cudnn_attention_bf16)},
+    {std::string("cublas_attention_") + course::kTensorElementName,
+     baseline_16(course::kFp16TensorCores ? course::baseline::cublas_attention_fp16
+                                          : course::baseline::cublas_attention_bf16)}};
 
 TEST_F(FlashTc, EdgeShapes) {
     auto rng = test_rng();
@@ -64,8 +56,8 @@ TEST_F(FlashTc, MostHeads) {
     most_heads<std::uint16_t>(kFlashTc, rng);
 }
 
-// One head whose T x T scores would not fit in this GPU's memory even in bf16 (T about 200000 on
-// an 80 GB GPU): a kernel that keeps them in a scratch buffer cannot allocate it. Causal, for
+// One head whose T x T scores would not fit in this GPU's memory even in 16 bits (T about 200000
+// on an 80 GB GPU): a kernel that keeps them in a scratch buffer cannot allocate it. Causal, for
 // half the work.
 TEST_F(FlashTc, NoScoresBuffer) {
     ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 200k");

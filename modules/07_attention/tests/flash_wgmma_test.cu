@@ -10,13 +10,18 @@
 // rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to cuDNN's fused attention (else
 // cuBLAS's materialized bf16 attention), timed in the same run.
 // Skips on any GPU but compute capability 9.0 (wgmma, TMA and setmaxnreg exist in sm_90a code
-// only), and where this build's device code is not sm_90a.
+// only), where this build's device code is not sm_90a, and in a tree that also builds for sm_75
+// (its tensor-core inputs are fp16: course/tensor_element.h; this contract is bf16).
 #include "attention_checks.h"
 #include "flash_wgmma.h"
 
 namespace {
 
 using namespace attention_checks;
+
+// A kernel of this file, whose device code is built with the exercise's flags (sm_90a in a tree
+// built for Hopper: cmake/Course.cmake).
+__global__ void build_probe_kernel() {}
 
 class FlashWgmma : public course::GpuTest {
   protected:
@@ -32,9 +37,9 @@ class FlashWgmma : public course::GpuTest {
         // A tree built for the GPU builds this exercise for sm_90a (cmake/Course.cmake); one built
         // for an older architecture runs PTX without the Hopper instructions.
         const int built = course::compiled_arch(build_probe_kernel);
-        if (built != 90)
+        if (built != 90 || course::kFp16TensorCores)
             skip("needs device code for sm_90a (wgmma, TMA): this build is for sm_" +
-                 std::to_string(built) +
+                 std::to_string(built) + (course::kFp16TensorCores ? ", in fp16" : "") +
                  ": rebuild the grader's tree for this GPU (cmake build/<tree> "
                  "-DCMAKE_CUDA_ARCHITECTURES=90)");
     }
@@ -49,10 +54,15 @@ class FlashWgmma : public course::GpuTest {
 const ForwardRun<std::uint16_t> kFlashWgmma = [](const auto& Q, const auto& K, const auto& V,
                                                  auto& O, auto& L, const Case& c) {
     const auto& s = c.shape;
-    flash_wgmma(as_bf16(Q), as_bf16(K), as_bf16(V), as_bf16(O), L.data(), static_cast<int>(s.batch),
-                static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D), c.scale(),
-                c.causal);
+    flash_wgmma(course::as_bf16(Q), course::as_bf16(K), course::as_bf16(V), course::as_bf16(O),
+                L.data(), static_cast<int>(s.batch), static_cast<int>(s.heads),
+                static_cast<int>(s.T), static_cast<int>(s.D), c.scale(), c.causal);
 };
+
+// cuDNN's fused attention where it runs here, else cuBLAS's materialized attention, in bf16.
+const Baselines<std::uint16_t> kBaselines{
+    {"cudnn_attention_bf16", baseline_16(course::baseline::cudnn_attention_bf16)},
+    {"cublas_attention_bf16", baseline_16(course::baseline::cublas_attention_bf16)}};
 
 TEST_F(FlashWgmma, EdgeShapes) {
     auto rng = test_rng();
@@ -86,7 +96,7 @@ TEST_F(FlashWgmma, NoScoresBuffer) {
 void rate(std::size_t D, bool causal, course::Rng& rng) {
     const Case c = timed_case(D, causal);
     COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
-    time_forward<std::uint16_t>(kFlashWgmma, bf16_attention_baselines(), c, rng);
+    time_forward<std::uint16_t>(kFlashWgmma, kBaselines, c, rng);
 }
 
 TEST_F(FlashWgmma, RateD64) {
