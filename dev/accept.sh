@@ -24,8 +24,10 @@
 #   its planted bugs are left out, so run it on a machine with several (nvidia-h200-x2).
 #
 # Sequential, `grader check --mutants` for module 06 takes about 15 minutes (40 bugs, a build and a
-# checker run each), longer than one device command may run; eight copies side by side take a
-# few. The copies go to build/accept-copies (each has its own build/mutants and
+# checker run each), longer than one device command may run. So each exercise's planted bugs go
+# in groups of MUTANTS_PER_COPY (default 3) to copies of the tree, up to COPIES_AT_ONCE (default:
+# the CPU count, at most 14) side by side: module 07's 35 took 410 s so (one copy per exercise ran
+# past 600 s). The copies go to build/accept-copies (each has its own build/mutants and
 # build/mutants-fast). Exit status: 0 when every solution passes (each readable solution meeting
 # its target, each fast reference its stretch goal, or its target where the manifest has no
 # stretch), every stub reports todo and every planted bug is caught.
@@ -127,7 +129,9 @@ if [ "$mutants" = yes ]; then
   # The exercises of the selection that have planted bugs (of those --mutant names, where it
   # names some), as module/exercise, each followed by its --mutant arguments; found by the
   # grader's own selector and mutant reader.
-  mapfile -t lines < <(NAMES="${names[*]}" python3 - "${selectors[@]}" <<'EOF'
+  per_copy=${MUTANTS_PER_COPY:-3}
+  at_once=${COPIES_AT_ONCE:-$(( $(nproc) < 14 ? $(nproc) : 14 ))}
+  mapfile -t lines < <(NAMES="${names[*]}" MUTANTS_PER_COPY=$per_copy python3 - "${selectors[@]}" <<'EOF'
 import os
 import sys
 from pathlib import Path
@@ -142,30 +146,34 @@ if unknown := set(names) - {mutant.name for mutant in mutants}:
 per_exercise = {}
 for mutant in mutants:
     if not names or mutant.name in names:
-        per_exercise.setdefault(mutant.exercise.key, []).append(mutant.name)
+        per_exercise.setdefault(mutant.exercise.key, {})[mutant.name] = None
+size = int(os.environ["MUTANTS_PER_COPY"])
 for key, found in per_exercise.items():
-    print(" ".join([key] + [f"--mutant {name}" for name in dict.fromkeys(found) if names]))
+    found = list(found)
+    for start in range(0, len(found), size):
+        print(" ".join([key] + [f"--mutant {name}" for name in found[start:start + size]]))
 EOF
   )
   [ "${#lines[@]}" -gt 0 ] || { echo "no planted bugs in the selection" >&2; exit 2; }
-  exercises=()
   copies=build/accept-copies
   rm -rf "$copies" && mkdir -p "$copies"
-  for line in "${lines[@]}"; do
-    read -r exercise arguments <<< "$line"
-    exercises+=("$exercise")
-    copy=$copies/${exercise//\//.}
+  for index in "${!lines[@]}"; do
+    read -r exercise arguments <<< "${lines[$index]}"
+    copy=$copies/$index.${exercise//\//.}
     mkdir -p "$copy"
     tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$copy"
+    while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n; done
     # $arguments unquoted: its --mutant NAME pairs, one word each.
     (cd "$copy" && python3 -m grader check --mutants --no-build "$exercise" $arguments \
        > check.log 2>&1; echo $? > check.rc) &
   done
   wait
   : > "$out/mutants.txt"
-  for exercise in "${exercises[@]}"; do
-    copy=$copies/${exercise//\//.}
-    { echo "== $exercise (exit $(cat "$copy/check.rc"))"; cat "$copy/check.log"; } >> "$out/mutants.txt"
+  for index in "${!lines[@]}"; do
+    read -r exercise arguments <<< "${lines[$index]}"
+    copy=$copies/$index.${exercise//\//.}
+    { echo "== $exercise ${arguments//--mutant /} (exit $(cat "$copy/check.rc"))"
+      cat "$copy/check.log"; } >> "$out/mutants.txt"
     [ "$(cat "$copy/check.rc")" = 0 ] || status=1
   done
 fi

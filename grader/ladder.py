@@ -2,7 +2,8 @@
 rung's TFLOP/s and % of the baseline at each square size, as a table, and as a plot of TFLOP/s
 against size (with matplotlib). `grader report 04` (grader/learner_report.py) shows module 04's,
 the SGEMM ladder with module 01's naive_matmul at its foot and module 05's sgemm_warptile at its
-top; `grader report 05` module 05's tensor-core ladder against cuBLAS bf16."""
+top; `grader report 05` module 05's tensor-core ladder against cuBLAS in the build's 16-bit type
+(bf16, fp16 on a T4)."""
 import re
 import statistics
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from grader.results import PASS
 class Ladder:
     """Which rungs a module's ladder has, and what they are compared with."""
 
-    # The baseline of every rung: cases recorded under this name or one starting with it (04's
-    # sweep sizes are `cublas_sgemm_sweep`, so that its target is judged on 4096^3 alone).
-    baseline: str
-    label: str  # the baseline's name in the table and the plot
+    # The baseline of every rung, by its name in the table and the plot: cases recorded under a
+    # name or one starting with it (04's sweep sizes are `cublas_sgemm_sweep`, so that its target
+    # is judged on 4096^3 alone). Several where the build chooses the baseline: module 05's
+    # tensor-core rungs are timed against cuBLAS in bf16, or fp16 in a build for a T4.
+    baselines: dict[str, str]
     foot: tuple[str, ...] = ()  # rungs of other modules (module/id) below the module's own ...
     top: tuple[str, ...] = ()  # ... and above them: shown where their module exists
     exercises: tuple[str, ...] | None = None  # the module's own rungs (ids); None: all of them
@@ -30,10 +32,11 @@ class Ladder:
 
 # The modules that have a ladder.
 LADDERS = {
-    "04_sgemm": Ladder("cublas_sgemm", "cuBLAS", foot=("01_basics/naive_matmul",),
+    "04_sgemm": Ladder({"cublas_sgemm": "cuBLAS"}, foot=("01_basics/naive_matmul",),
                        top=("05_gemm_advanced/sgemm_warptile",)),
-    "05_gemm_advanced": Ladder("cublas_gemm_bf16", "cuBLAS bf16",
-                               exercises=("wmma_gemm", "mma_gemm", "mma_pipeline", "wgmma_gemm")),
+    "05_gemm_advanced": Ladder(
+        {"cublas_gemm_bf16": "cuBLAS bf16", "cublas_gemm_fp16": "cuBLAS fp16"},
+        exercises=("wmma_gemm", "mma_gemm", "mma_pipeline", "wgmma_gemm")),
 }
 # A timed case on a square product, labelled "MxNxK" by the checkers: "4096x4096x4096".
 SQUARE_CASE = re.compile(r"^(\d+)x\1x\1$")
@@ -46,6 +49,7 @@ class Point:
     size: int
     value: float
     baseline_value: float | None
+    baseline: str  # which of the ladder's baselines (its name in Ladder.baselines)
 
     @property
     def ratio(self) -> float | None:
@@ -69,7 +73,7 @@ def read_ladder(course: Course, module: str, entries: dict[str, dict]) -> list[R
     modules = {m.name for m in course.modules}
     foot, top = ([key for key in keys if key.split("/")[0] in modules]
                  for keys in (ladder.foot, ladder.top))
-    return [_rung(key, entries.get(key), ladder.baseline) for key in (*foot, *own, *top)]
+    return [_rung(key, entries.get(key), ladder.baselines) for key in (*foot, *own, *top)]
 
 
 def baseline_curve(rungs: list[Rung]) -> dict[int, float]:
@@ -82,9 +86,18 @@ def baseline_curve(rungs: list[Rung]) -> dict[int, float]:
     return {size: statistics.median(values) for size, values in sorted(by_size.items())}
 
 
+def baseline_label(module: str, rungs: list[Rung]) -> str:
+    """The name of the baseline the rungs' points were timed against (the first of the ladder's
+    when none was, or each of those that were)."""
+    names = LADDERS[module].baselines
+    timed = {point.baseline for rung in rungs for point in rung.points}
+    return " / ".join(label for name, label in names.items() if name in timed) or \
+        next(iter(names.values()))
+
+
 def ladder_table(module: str, rungs: list[Rung], unit: str = "TFLOP/s") -> Table:
     """A row per rung (and one for the baseline), a column per size: rate and % of the baseline."""
-    label = LADDERS[module].label
+    label = baseline_label(module, rungs)
     baseline = baseline_curve(rungs)
     sizes = sorted({point.size for rung in rungs for point in rung.points} | set(baseline))
     table = Table(box=None, header_style="bold", pad_edge=False,
@@ -108,7 +121,7 @@ def plot_ladder(module: str, rungs: list[Rung], path: Path, unit: str = "TFLOP/s
     Raises ImportError when matplotlib is not installed."""
     from matplotlib.figure import Figure  # optional: the `plot` extra of pyproject.toml
 
-    label = LADDERS[module].label
+    label = baseline_label(module, rungs)
     figure = Figure(figsize=(8, 5), layout="constrained")
     axes = figure.add_subplot()
     for rung in rungs:
@@ -132,7 +145,7 @@ def plot_ladder(module: str, rungs: list[Rung], path: Path, unit: str = "TFLOP/s
     figure.savefig(path, dpi=120)
 
 
-def _rung(key: str, entry: dict | None, baseline: str) -> Rung:
+def _rung(key: str, entry: dict | None, baselines: dict[str, str]) -> Rung:
     if entry is None:
         return Rung(key, "-", ())
     if entry["status"] != PASS:
@@ -141,8 +154,10 @@ def _rung(key: str, entry: dict | None, baseline: str) -> Rung:
     for case in entry["perf"]:
         # The timed case's name, saved as "label" (as "case" in older results).
         square = SQUARE_CASE.match(case.get("label") or case.get("case") or "")
-        if square and case["baseline"].startswith(baseline) and case["value"] is not None:
-            points[int(square[1])] = Point(int(square[1]), case["value"], case["baseline_value"])
+        baseline = next((name for name in baselines if case["baseline"].startswith(name)), None)
+        if square and baseline and case["value"] is not None:
+            size = int(square[1])
+            points[size] = Point(size, case["value"], case["baseline_value"], baseline)
     return Rung(key, PASS, tuple(points[size] for size in sorted(points)))
 
 

@@ -118,8 +118,9 @@ def _roofs_text(roofs: roofline.Roofs) -> str:
         parts.append("no compute roof yet (grade a matrix product, e.g. 01/naive_matmul: its "
                      "cuBLAS baseline measures it)")
     if roofs.tensor_tflop_s:
-        parts.append(f"the tensor cores' compute roof: cuBLAS bf16 at {roofs.tensor_tflop_s:.0f} "
-                     "TFLOP/s (module 05's tensor-core exercises are judged against it)")
+        parts.append(f"the tensor cores' compute roof: {roofs.tensor_label} at "
+                     f"{roofs.tensor_tflop_s:.0f} TFLOP/s (module 05's tensor-core exercises are "
+                     "judged against it)")
     ridge = f"; they meet at {roofs.ridge:.1f} FLOP/byte" if roofs.ridge else ""
     paper = (f" For scale, the FP32 peak on paper (`grader gpu`) is {roofs.paper_tflop_s:.1f} "
              "TFLOP/s." if roofs.paper_tflop_s else "")

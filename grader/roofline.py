@@ -5,9 +5,10 @@ Both roofs come from the course's own runs on that GPU, not from a datasheet:
   exercises in the same process;
 - the compute roof is cuBLAS SGEMM (baseline `cublas_sgemm`), timed beside the matrix products:
   what FP32 CUDA-core code reaches on that GPU in practice;
-- a second compute roof, the tensor cores', is cuBLAS's bf16 GEMM (baseline `cublas_gemm_bf16`,
-  module 05): the exercises timed against a bf16 library (module 05's GEMMs, module 07's bf16
-  attention against cuDNN or cuBLAS: a baseline whose name has `_bf16`) are judged against it.
+- a second compute roof, the tensor cores', is cuBLAS's 16-bit GEMM (baseline `cublas_gemm_bf16`,
+  module 05; `cublas_gemm_fp16` in a build for a T4, which has no bf16): the exercises timed
+  against a 16-bit library (module 05's GEMMs, module 07's tensor-core attention against cuDNN or
+  cuBLAS: a baseline whose name has `_bf16` or `_fp16`) are judged against it.
 The best figure each baseline reached in the results is used. Where the GPU is at hand,
 `grader gpu`'s figures (gpu_table.py) add the FP32 peak on paper, drawn above the measured roof,
 and stand in for the copy bandwidth when no result has timed one.
@@ -28,7 +29,8 @@ from grader.results import PerfCase
 
 COPY = "copy"
 SGEMM = "cublas_sgemm"
-TENSOR = "cublas_gemm_bf16"
+# The tensor cores' roof by baseline, and its 16-bit type: a run times one of them (the build's).
+TENSOR = {"cublas_gemm_bf16": "bf16", "cublas_gemm_fp16": "fp16"}
 GB = 1e9
 TERA = 1e12
 
@@ -38,7 +40,12 @@ class Roofs:
     copy_gb_s: float | None  # measured device copy bandwidth
     sgemm_tflop_s: float | None  # measured cuBLAS SGEMM rate
     paper_tflop_s: float | None = None  # the FP32 peak on paper (grader gpu), drawn only
-    tensor_tflop_s: float | None = None  # measured cuBLAS bf16 GEMM rate: the tensor cores' roof
+    tensor_tflop_s: float | None = None  # measured cuBLAS 16-bit GEMM rate: the tensor cores' roof
+    tensor_type: str = "bf16"  # its 16-bit type (TENSOR)
+
+    @property
+    def tensor_label(self) -> str:
+        return f"cuBLAS {self.tensor_type}"
 
     @property
     def ridge(self) -> float | None:
@@ -49,7 +56,7 @@ class Roofs:
 
     def roof_flop_s(self, intensity: float, tensor: bool = False) -> float | None:
         """The roof above `intensity`: the CUDA cores' (cuBLAS SGEMM), or with `tensor` the
-        tensor cores' (cuBLAS bf16), under the memory roof."""
+        tensor cores' (cuBLAS's 16-bit GEMM), under the memory roof."""
         compute = self.tensor_tflop_s if tensor else self.sgemm_tflop_s
         roofs = [value for value in (
             self.copy_gb_s * GB * intensity if self.copy_gb_s else None,
@@ -65,8 +72,10 @@ def measured_roofs(cases: list[PerfCase], gpu: dict[str, str] | None = None) -> 
                   if case.baseline == name and case.baseline_value]
         return max(values) if values else None
     copy = best(COPY) or (gpu_table.copy_gb_s(gpu) if gpu else None)
-    return Roofs(copy, best(SGEMM), gpu_table.fp32_peak_tflop_s(gpu) if gpu else None,
-                 best(TENSOR))
+    tensor = max(((value, kind) for name, kind in TENSOR.items() if (value := best(name))),
+                 default=(None, "bf16"))
+    paper = gpu_table.fp32_peak_tflop_s(gpu) if gpu else None
+    return Roofs(copy, best(SGEMM), paper, *tensor)
 
 
 @dataclass(frozen=True)
@@ -91,9 +100,10 @@ def place(exercise: Exercise, case: PerfCase, roofs: Roofs) -> Point:
 
 
 def is_tensor_core(case: PerfCase) -> bool:
-    """Whether the case is tensor-core work: timed against a bf16 library (module 05's GEMMs,
-    module 07's bf16 attention), so the tensor cores' roof is the one above it."""
-    return "_bf16" in case.baseline
+    """Whether the case is tensor-core work: timed against a 16-bit library (module 05's GEMMs,
+    module 07's tensor-core attention; bf16, or fp16 on a T4), so the tensor cores' roof is the
+    one above it."""
+    return any(f"_{kind}" in case.baseline for kind in TENSOR.values())
 
 
 def percent_of_roofline(case: PerfCase, intensity: float | None, roofs: Roofs) -> float | None:
@@ -133,7 +143,7 @@ def plot(points: list[Point], roofs: Roofs, gpu_name: str, path) -> None:
     if roofs.tensor_tflop_s:
         axes.plot(xs, [roofs.roof_flop_s(x, tensor=True) for x in xs], color="black",
                   linestyle="--", linewidth=1.5,
-                  label=f"tensor cores: cuBLAS bf16 {roofs.tensor_tflop_s:.0f} TFLOP/s")
+                  label=f"tensor cores: {roofs.tensor_label} {roofs.tensor_tflop_s:.0f} TFLOP/s")
     if roofs.paper_tflop_s:
         axes.axhline(roofs.paper_tflop_s * TERA, color="grey", linestyle="--", linewidth=1,
                      label=f"FP32 peak on paper {roofs.paper_tflop_s:.1f} TFLOP/s")

@@ -88,8 +88,11 @@ DeviceAllocation::DeviceAllocation(std::string name, std::size_t bytes, std::siz
       element_bytes_(element_bytes),
       poison_(poison_bits),
       redzone_(own_redzone_pattern(redzone_bits, element_bytes)) {
+#if defined(COURSE_EMULATOR)
     const std::size_t redzone = exact_allocations() ? 0 : kRedzoneBytes;
-#if !defined(COURSE_EMULATOR)
+    (void)placement;
+#else
+    const std::size_t redzone = exact_allocations() ? 0 : end_guard::redzone_bytes();
     if (placement == Placement::end_guarded && bytes_ > 0 && end_guard::wanted(name_) &&
         end_guard::map(bytes_, redzone, mapping_)) {
         payload_ = mapping_.payload;
@@ -98,8 +101,6 @@ DeviceAllocation::DeviceAllocation(std::string name, std::size_t bytes, std::siz
         after_bytes_ = ceil_div(bytes_, std::size_t{16}) * 16 - bytes_;
         end_guard::track(payload_, name_);
     }
-#else
-    (void)placement;
 #endif
     if (!payload_) {
         CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * redzone));
@@ -175,17 +176,18 @@ testing::AssertionResult DeviceAllocation::redzones_intact() const {
 
     fill_redzones();
     CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string wrote_past = "wrote past the end of `" + name_ + "`",
+                      wrote_before = "wrote before the start of `" + name_ + "`";
 #if !defined(COURSE_EMULATOR)
-    end_guard::note_store_outside(!past_end.empty() ? "wrote past the end of `" + name_ + "`"
-                                                    : "wrote before the start of `" + name_ + "`");
+    end_guard::note_store_outside(past_end.empty() ? wrote_before : wrote_past);
 #endif
     auto failure = testing::AssertionFailure();
     if (!past_end.empty())
-        failure << "wrote past the end of `" << name_ << "` (" << bytes_ / element_bytes_
-                << " elements): " << past_end << ". Is there an `if (i < n)` guard on every store?";
+        failure << wrote_past << " (" << bytes_ / element_bytes_ << " elements): " << past_end
+                << ". Is there an `if (i < n)` guard on every store?";
     if (!before_start.empty())
-        failure << (past_end.empty() ? "" : "; ") << "wrote before the start of `" << name_
-                << "`: " << before_start << ". Is an index negative?";
+        failure << (past_end.empty() ? "" : "; ") << wrote_before << ": " << before_start
+                << ". Is an index negative?";
     return failure;
 }
 

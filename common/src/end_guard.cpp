@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -34,6 +35,12 @@ namespace {
 // A probe child exits with this status at its first illegal address: the input it guards faulted.
 constexpr int kProbeFaulted = 86;
 constexpr const char* kProbeVariable = "COURSE_GUARD_PROBE";
+// Where a probe child writes the first store outside an output that a redzone caught.
+constexpr const char* kProbeReportVariable = "COURSE_GUARD_PROBE_REPORT";
+// A probe child's redzones: wide enough that a store (or a load of an input it does not guard)
+// that went past a 64 KB redzone into unmapped memory lands in one, so that only the guarded
+// input's end can fault there, and the store shows in the redzone's check.
+constexpr std::size_t kProbeRedzoneBytes = std::size_t{8} << 20;
 // The payload starts on a 16-byte boundary (float4 and cp.async loads from its start), so up to
 // 15 bytes past its end stay mapped: they hold the redzone pattern (buffer.cu) and are checked.
 constexpr std::size_t kPayloadAlignment = 16;
@@ -136,18 +143,30 @@ std::string test_name(const testing::TestInfo& test) {
     return std::string(test.test_suite_name()) + "." + test.name();
 }
 
+// What a probe child's run showed: whether it faulted, and the first store outside an output
+// that a redzone caught ("" when none).
+struct ProbeRun {
+    bool faulted = false;
+    std::string store_outside;
+};
+
 // Runs this checker's test `filter` again in a child, guarding the inputs named `name` only
-// ("": none); true when the child faulted. Its output goes nowhere; `limit` bounds its time.
-bool child_faults(const std::string& filter, const std::string& name,
-                  std::chrono::duration<double> limit) {
+// ("": none), with wide redzones around every other buffer. Its output goes nowhere; `limit`
+// bounds its time.
+ProbeRun probe_run(const std::string& filter, const std::string& name,
+                   std::chrono::duration<double> limit) {
+    char report[] = "/tmp/course-probe-XXXXXX";
+    const int report_file = mkstemp(report);
+    if (report_file >= 0) close(report_file);
     std::vector<std::string> environment;
     for (char** entry = environ; *entry; ++entry) {
         const std::string text = *entry;
-        if (text.rfind(std::string(kProbeVariable) + "=", 0) != 0 &&
+        if (text.rfind(std::string(kProbeVariable), 0) != 0 &&
             text.rfind("GRADER_SEED=", 0) != 0)
             environment.push_back(text);
     }
     environment.push_back(std::string(kProbeVariable) + "=" + name);
+    if (report_file >= 0) environment.push_back(std::string(kProbeReportVariable) + "=" + report);
     environment.push_back("GRADER_SEED=" + std::to_string(run_seed()));
     std::vector<std::string> arguments = {"checker", "--gtest_filter=" + filter,
                                           "--gtest_color=no"};
@@ -165,18 +184,27 @@ bool child_faults(const std::string& filter, const std::string& name,
     const int started =
         posix_spawn(&child, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
-    if (started != 0) return false;
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    int status = 0;
-    while (waitpid(child, &status, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(child, SIGKILL);
-            waitpid(child, &status, 0);
-            return false;
+    ProbeRun run;
+    if (started == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        int status = 0;
+        bool killed = false;
+        while (waitpid(child, &status, WNOHANG) == 0) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                kill(child, SIGKILL);
+                waitpid(child, &status, 0);
+                killed = true;
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        run.faulted = !killed && WIFEXITED(status) && WEXITSTATUS(status) == kProbeFaulted;
     }
-    return WIFEXITED(status) && WEXITSTATUS(status) == kProbeFaulted;
+    if (report_file >= 0) {
+        std::getline(std::ifstream(report), run.store_outside);
+        unlink(report);
+    }
+    return run;
 }
 
 std::string quoted_list(const std::vector<std::string>& names) {
@@ -204,28 +232,47 @@ std::string probe_inputs(const testing::TestInfo& test) {
                             .count();
     const double elapsed_s = static_cast<double>(now_ms - test.result()->start_timestamp()) / 1e3;
     const std::chrono::duration<double> limit(10.0 + 3.0 * elapsed_s);
-    if (child_faults(filter, "", limit))
+    const ProbeRun unguarded = probe_run(filter, "", limit);
+    if (unguarded.faulted)
         return "\n  the inputs of this case (" + inputs +
                ") end where unmapped memory begins, but the same run faults without that too: an "
                "address far outside every buffer (an index that overflowed or went negative, a "
                "pointer of the wrong buffer). grader sanitize names the line.";
     std::vector<std::string> faulting;
     for (const std::string& name : names)
-        if (child_faults(filter, name, limit)) faulting.push_back(name);
+        if (probe_run(filter, name, limit).faulted) faulting.push_back(name);
+    // The run without guarded inputs, its redzones wide, caught a store that went past an
+    // output's redzone (and faulted here): name it beside the loads, or alone.
+    const std::string& store = unguarded.store_outside;
+    if (faulting.empty() && !store.empty())
+        return "\n  a store " + store +
+               ", past the redzone beside it into memory no buffer holds (a run with wider "
+               "redzones caught it). Is there a guard on every store (`if (i < n)`, the rows and "
+               "columns of the last tiles)?";
     if (faulting.empty())
         return "\n  probably a load past the end of one of the inputs " + inputs + "." + placed +
                " grader sanitize names the line.";
     return "\n  a load read past the end of the input" +
            std::string(faulting.size() > 1 ? "s " : " ") + quoted_list(faulting) + "." + placed +
-           " Is every load guarded like the stores (`if (i < n)`, the columns of the last "
-           "column tile, the rows of the last row tile)?";
+           (store.empty() ? std::string(" Is every load guarded like the stores")
+                          : " A store also " + store +
+                                " (a run with wider redzones caught it). Is every load and store "
+                                "guarded") +
+           " (`if (i < n)`, the columns of the last column tile, the rows of the last row tile)?";
 }
 
 }  // namespace
 
 void note_store_outside(const std::string& what) {
     const auto* test = testing::UnitTest::GetInstance()->current_test_info();
-    if (test && !store_outside()) store_outside() = StoreOutside{test_name(*test), what};
+    if (!test || store_outside()) return;
+    store_outside() = StoreOutside{test_name(*test), what};
+    if (const char* report = std::getenv(kProbeReportVariable); report && probe_name())
+        std::ofstream(report) << what;
+}
+
+std::size_t redzone_bytes() {
+    return probe_name() ? kProbeRedzoneBytes : DeviceAllocation::kRedzoneBytes;
 }
 
 std::string describe_fault() {

@@ -11,7 +11,10 @@
 // Which input was read past its end is found after the fault, in child processes: the CUDA error
 // of the first illegal address of the process runs the failing test again once with no input so
 // placed, then once per input name with that input alone so placed (COURSE_GUARD_PROBE=<name>);
-// the child whose run faults names the input. That costs a few process starts, on a crash only.
+// the child whose run faults names the input. A probe child gives every buffer an 8 MiB redzone,
+// so that a store (or a load) far past an output, which faults beyond its usual 64 KB redzone,
+// lands in one: the guarded input alone can fault there, and the child reports the store that its
+// redzone caught. That costs a few process starts, on a crash only.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +46,10 @@ void untrack(const void* payload);
 // of `C`"): the first is kept, so that a later fault, most likely the same store going past the
 // redzone on a larger shape, is named as that store rather than probed as a load.
 void note_store_outside(const std::string& what);
+
+// The bytes of each redzone beside a buffer: DeviceAllocation::kRedzoneBytes, wider in a probe
+// child.
+std::size_t redzone_bytes();
 
 // What an illegal address means when inputs end against unmapped memory: the store outside an
 // output caught earlier in this process if there was one, else which input a load read past the

@@ -164,3 +164,17 @@ def test_module_05s_ladder_is_its_tensor_core_rungs_against_cublas_bf16(gemm_cou
     lines = console.export_text().splitlines()
     assert lines[0].startswith("05_gemm_advanced: TFLOP/s (% of cuBLAS bf16 in the same run)")
     assert lines[-1].split() == ["cuBLAS", "bf16", "400.0", "600.0", "650.0"]
+
+
+def test_on_a_t4_module_05s_ladder_is_against_cublas_fp16(gemm_course):
+    # A build for sm_75 records the tensor-core rungs against cuBLAS fp16 (a T4 has no bf16).
+    results = {"05_gemm_advanced/mma_gemm": entry(
+        "pass", case(4096, 10.0, 40.0, "cublas_gemm_fp16"),
+        case(1024, 5.0, 20.0, "cublas_gemm_fp16_sweep"))}
+    rungs = read_ladder(load_course(gemm_course), "05_gemm_advanced", results)
+    assert [(p.size, p.ratio) for p in rungs[1].points] == [(1024, 0.25), (4096, 0.25)]
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(ladder_table("05_gemm_advanced", rungs))
+    text = console.export_text()
+    assert "(% of cuBLAS fp16 in the same run)" in " ".join(text.split())  # the title may wrap
+    assert text.splitlines()[-1].split() == ["cuBLAS", "fp16", "20.0", "40.0"]

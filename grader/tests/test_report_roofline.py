@@ -84,6 +84,17 @@ def test_a_tensor_core_case_is_judged_against_cublas_bf16():
     assert roofline.percent_of_roofline(cases[1], None, roofline.Roofs(3000.0, 50.0)) is None
 
 
+def test_on_a_t4_the_tensor_roof_is_cublas_fp16():
+    # A build for sm_75 times the tensor-core rungs against cuBLAS in fp16 (a T4 has no bf16).
+    cases = [case("TFLOP/s", 20.0, "cublas_gemm_fp16", 40.0),
+             case("TFLOP/s", 10.0, "cublas_attention_fp16", 30.0)]
+    roofs = roofline.measured_roofs(cases)
+    assert (roofs.tensor_tflop_s, roofs.tensor_label) == (40.0, "cuBLAS fp16")
+    assert roofline.is_tensor_core(cases[1])
+    assert roofline.percent_of_roofline(cases[0], 1024, roofs) == pytest.approx(50)
+    assert roofline.measured_roofs(cases[:0]).tensor_label == "cuBLAS bf16"
+
+
 def test_an_exercise_is_placed_by_its_manifests_intensity(course):
     roofs = roofline.Roofs(3000.0, 50.0)
     warp = roofline.place(exercise(course, "02_memory/reduce_warp"), case("GB/s", 3000.0), roofs)

@@ -64,6 +64,7 @@ using Element = course::TensorElement;
 //         "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32", A 2 registers ({%4, %5}), B one
 //         ({%6}). Its fragments are the halves of m16n8k16's (course::mma_k8_a_element): the k16
 //         step is two of them, A's registers 0, 1 with B's 0 (k 0-7), then 2, 3 with B's 1.
+//         Write your GPU's branch (or both, under #if defined(COURSE_FP16_TENSOR_CORES)).
 // TODO: a __device__ helper that copies rows row0 .. row0 + kRows - 1, columns k0 .. k0 + kBK - 1
 //       of a row-major matrix of Element (`rows` x K) into a swizzled tile of kRows rows of 64:
 //       16-byte chunk c of tile row r goes to tile + course::swizzled_bf16_offset(r, 8 * c),

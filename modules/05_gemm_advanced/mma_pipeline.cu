@@ -27,7 +27,6 @@ namespace {
 // refuses, and the checker skips with the reason.
 using Element = course::TensorElement;
 
-
 constexpr int kBM = 128;               // rows of C per block
 constexpr int kBN = 128;               // columns of C per block
 constexpr int kBK = 64;                // k per step: 64 elements = one 128-byte swizzled row
@@ -57,9 +56,10 @@ static_assert(kTilesM * kMmaM == kWarpM && kSteps * kMmaK == kBK && kChunksPerRo
 
 }  // namespace
 
-// TODO: your shared_address, ldmatrix_x4 and mma_m16n8k16 from mma_gemm, and three helpers
-//       around cp.async (sm_80 and newer: each under #if __CUDA_ARCH__ >= 800, __trap() or
-//       nothing in the #else; notes/05_gemm_advanced.md, section 6):
+// TODO: your shared_address, ldmatrix_x4 and mma_k16 from mma_gemm (its bf16 m16n8k16: this rung
+//       runs on sm_80 and newer only), and three helpers around cp.async (sm_80 and newer: each
+//       under #if __CUDA_ARCH__ >= 800, __trap() or nothing in the #else;
+//       notes/05_gemm_advanced.md, section 6):
 //       - cp_async_16(std::uint32_t shared, const void* global, bool valid): inline PTX
 //         "cp.async.cg.shared.global [%0], [%1], 16, %2;" with the shared address ("r"), the
 //         global pointer ("l") and the number of bytes to read, 16 or 0 ("r": with 0 nothing is

@@ -50,9 +50,9 @@ using Element = course::TensorElement;
 }  // namespace
 
 // TODO: a __device__ helper that copies rows row0 .. row0 + kRows - 1, columns k0 .. k0 + kBK - 1
-//       of a row-major matrix of Element (`rows` x K) into a shared tile[kRows][kTileStride], one uint4
-//       (8 elements, 16 bytes) per thread and step, zeros where the chunk lies outside the matrix (K
-//       is a multiple of 8: a chunk is entirely inside or outside).
+//       of a row-major matrix of Element (`rows` x K) into a shared tile[kRows][kTileStride], one
+//       uint4 (8 elements, 16 bytes) per thread and step, zeros where the chunk lies outside the
+//       matrix (K is a multiple of 8: a chunk is entirely inside or outside).
 
 __global__ void __launch_bounds__(kThreads)
     wmma_gemm_kernel(int M, int N, int K, const Element* __restrict__ A,

@@ -6,24 +6,26 @@
 // The element type is the contracts' course::TensorElement: bf16 (sm_80 and newer), or fp16 in a
 // build for a GPU without bf16 tensor cores (sm_75: a T4; course/tensor_element.h). Such a build
 // has sm_75's instructions only: mma.sync.m16n8k8 (mma below is two of them) and no cp.async
-// (kAsyncCopies is false: the exercises then stage the next tile in registers).
+// (kAsyncCopies is false: the exercises then stage the next tile in registers). Exercises whose
+// data is bf16 in every build (modules 09 and 10 include this header) call mma_bf16 and pack_bf16,
+// bf16 whatever the build, never mma and pack, which would take their bf16 bits for fp16 on a T4.
 //
 // mma.sync.aligned.m16n8k16, bf16 (fp16) inputs, float32 accumulators. A warp's lanes form 8
 // groups of 4: g = lane / 4 picks a row, t = lane % 4 a pair of columns.
-//   A (16 x 16, row-major): a[0] = (row g,     cols 2t, 2t+1)    a[1] = (row g + 8, cols 2t, 2t+1)
-//                           a[2] = (row g,     cols 2t+8, 2t+9)  a[3] = (row g + 8, cols 2t+8,
-//                           2t+9)
-//   B (16 x 8, k x n):      b[0] = (k 2t, 2t+1; col g)           b[1] = (k 2t+8, 2t+9; col g)
-//   C (16 x 8, float):      c[0], c[1] = (row g, cols 2t, 2t+1)  c[2], c[3] = (row g + 8, same
-//   cols)
+//   A (16 x 16, row-major): a[0] = (row g, cols 2t, 2t+1)      a[1] = (row g + 8, cols 2t, 2t+1)
+//                           a[2] = (row g, cols 2t+8, 2t+9)    a[3] = (row g + 8, cols 2t+8, 2t+9)
+//   B (16 x 8, k x n):      b[0] = (k 2t, 2t+1; col g)         b[1] = (k 2t+8, 2t+9; col g)
+//   C (16 x 8, float):      c[0], c[1] = (row g, cols 2t, 2t+1)
+//                           c[2], c[3] = (row g + 8, cols 2t, 2t+1)
 // Each 32-bit register of A and B holds two 16-bit elements, the lower column (or k) in the low
 // half. course/gemm_layout.h has the same tables as functions (mma_*_element; mma_k8_* for sm_75's
 // m16n8k8, whose A is a[0], a[1] or a[2], a[3] and whose B is b[0] or b[1]), and the lanes' row
 // addresses for ldmatrix: ldmatrix_a_source (A, and with .trans a B stored k-major: V, dO, Q, K
 // in the products that reduce over keys or queries) and ldmatrix_b_source (B stored n-major: K
 // in Q K^T, and with .trans an A stored transposed: dS^T).
-// bf16 tensor cores and cp.async need sm_80: a bf16 build below it compiles them to a trap (the
-// trainer's, which never calls them there).
+// bf16 tensor cores and cp.async need sm_80: device code below it compiles them to a trap
+// (mma_bf16, the cp.async wrappers, and mma in a bf16 build: the trainer's, which never calls them
+// there; modules 09 and 10's launchers refuse to run such code, and their checkers skip).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,7 +50,17 @@ constexpr bool kAsyncCopies = !course::kFp16TensorCores;
 #define TC_SM80(body) body
 #endif
 
-// D = A B + D on one 16 x 8 x 16 tile.
+// D = A B + D on one 16 x 8 x 16 tile of bf16, in every build (a trap in device code below sm_80).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4],
+                                         std::uint32_t b0, std::uint32_t b1) {
+    TC_SM80(asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)));
+}
+
+// D = A B + D on one 16 x 8 x 16 tile of Elements.
 __device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                     std::uint32_t b1) {
 #if defined(COURSE_FP16_TENSOR_CORES)
@@ -64,11 +76,7 @@ __device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[2]), "r"(a[3]), "r"(b1));
 #else
-    TC_SM80(asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)));
+    mma_bf16(c, a, b0, b1);
 #endif
 }
 
@@ -90,14 +98,20 @@ __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* r
                      : "r"(address));
 }
 
-// Two floats as a pair of Elements, `lo` in the low half (the lower column of an A fragment).
+// Two floats as a bf16 pair, `lo` in the low half (the lower column of an A fragment).
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&pair);
+}
+
+// Two floats as a pair of Elements, `lo` in the low half.
 __device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
 #if defined(COURSE_FP16_TENSOR_CORES)
     const __half2 pair = __floats2half2_rn(lo, hi);
-#else
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-#endif
     return *reinterpret_cast<const std::uint32_t*>(&pair);
+#else
+    return pack_bf16(lo, hi);
+#endif
 }
 
 // An Element as a float.

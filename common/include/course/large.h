@@ -76,6 +76,18 @@ auto consecutive_slices(const std::vector<R>& all) {
     };
 }
 
+// A reference for expect_windows_close made of the exact value of each element on its own,
+// `value(index)` with the element's index in the whole output (for an output whose elements each
+// have a closed form: one dot product of a GEMM, a sum of hashed inputs).
+template <class Value>
+auto element_by_element(Value value) {
+    return [value](const Window& w) {
+        std::vector<decltype(value(std::size_t{0}))> out(w.count);
+        for (std::size_t i = 0; i < w.count; ++i) out[i] = value(w.first + i);
+        return out;
+    };
+}
+
 // Runs the code under test on a large case and waits for it. A CUDA error it causes (an index or
 // a byte offset that overflowed and left the buffers: an illegal address) fails the test with a
 // line that says so, as a plain failure: whether a wild address faults or lands in another buffer

@@ -1,6 +1,6 @@
 // The one include of a checker: GoogleTest, device buffers, seeded inputs (on the host, or hashed
-// on the device), comparison, timing, the cases past 2^31 elements, and the fixture that skips
-// with a reason when the GPU is missing or too old.
+// on the device), comparison, repeated runs (races), timing, the cases past 2^31 elements, and the
+// fixture that skips with a reason when the GPU is missing or too old.
 //
 //   class VectorAdd : public course::GpuTest {};
 //   TEST_F(VectorAdd, EdgeSizes) { auto rng = test_rng(); ... }
@@ -18,6 +18,7 @@
 #include "course/hashed.h"
 #include "course/large.h"
 #include "course/random.h"
+#include "course/repeated_runs.h"
 
 #ifndef COURSE_MIN_SM
 #error \

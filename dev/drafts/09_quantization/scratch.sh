@@ -13,7 +13,8 @@
 #            host tests and the emulated checkers (sm 90 only)
 #   test     the host tests of the references (harness.host), then module 09's readable solutions
 #            with their real checkers on the CPU emulator (dev/emu: correctness cases only)
-#   mutants  the planted bugs, on the emulator (grader check --mutants --emulate 09)
+#   mutants  the planted bugs, on the emulator (grader check --mutants --emulate 09, or the
+#            selector given as the second argument: 09/gemm_w4a16)
 # JOBS (default 2) is ninja's -j.
 set -euo pipefail
 draft=$(cd "$(dirname "$0")" && pwd)
@@ -71,14 +72,14 @@ run_tests() {
 }
 
 mutants() {
-  (cd "$tree" && "$root/.venv/bin/python" -m grader check --mutants --emulate $module)
+  (cd "$tree" && "$root/.venv/bin/python" -m grader check --mutants --emulate "${1:-$module}")
 }
 
 case "${1:-all}" in
   tree) make_tree ;;
   build) make_tree && build ;;
   test) run_tests ;;
-  mutants) mutants ;;
+  mutants) mutants "${2:-}" ;;
   all) make_tree && build && run_tests ;;
   *) echo "usage: $0 [tree|build|test|mutants|all]" >&2; exit 2 ;;
 esac

@@ -4,7 +4,8 @@
 #   1. dev/accept.sh 09: the readable solutions timed alone against their (provisional) targets;
 #      the same built for sm_75 and run from PTX (the two tensor-core exercises skip there, with
 #      the reason); the untouched stubs (todo); every planted bug (or a part of these: the
-#      arguments go to accept.sh, e.g. --no-mutants, --only-mutants, --memcheck);
+#      options go to accept.sh, e.g. --no-mutants, --only-mutants, --memcheck, --mutant NAME;
+#      exercises named as 09/gemm_w4a16 take the whole module's place);
 #   2. the accuracy lines of every solution's correctness cases (accuracy.txt);
 #   3. the SASS evidence (sass.txt): per binary, the conversions (I2F, which the GEMVs must not
 #      have in their loops), the LOP3 / PRMT / HSUB2 / FADD of the exponent tricks, HMMA in the
@@ -14,7 +15,8 @@
 #   OUT=$OUT bash dev/drafts/09_quantization/verify.sh --only-mutants            # about 5 min
 #
 # $OUT gets accept.sh's files (solutions.txt, oldest-arch.txt, stubs.txt, checking.txt,
-# mutants.txt, memcheck.txt), accuracy.txt and sass.txt; the end of the output is the tables. Exit status: accept.sh's. (Times: estimates from module 05's draft, not measured.)
+# mutants.txt, memcheck.txt), accuracy.txt and sass.txt; the end of the output is the tables.
+# Exit status: accept.sh's. (Times: estimates from module 05's draft, not measured.)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-build/verify09}
@@ -27,7 +29,16 @@ tar --exclude=./build --exclude=./.git --exclude=./.grader --exclude=./.venv -cf
 cd "$tree"
 bash dev/drafts/09_quantization/move_into_place.sh || exit 2
 
-OUT=$out bash dev/accept.sh 09 "$@"
+# Exercises of the module named (09/<exercise>) take its place; the other arguments are accept.sh's.
+selectors=() options=()
+for argument in "$@"; do
+  case $argument in
+    09/*) selectors+=("$argument") ;;
+    *) options+=("$argument") ;;
+  esac
+done
+[ ${#selectors[@]} -gt 0 ] || selectors=(09)
+OUT=$out bash dev/accept.sh "${selectors[@]}" "${options[@]}"
 status=$?
 
 binaries=(build/solutions/bin/09_quantization.*.solution)

@@ -2,9 +2,10 @@
 # Module 10's first acceptance, in device commands (course authors, on an H100 machine): a copy of
 # the course with the module moved into place (move_into_place.sh), then
 #   1. dev/accept.sh 10: the readable solutions timed alone against their (provisional) targets;
-#      the same built for sm_75 and run from PTX (pairwise_cosine skips there, naming sm_80); the untouched stubs (todo); every planted bug
-#      (or a part of these: the arguments go to accept.sh, e.g. --no-mutants, --only-mutants,
-#      --memcheck);
+#      the same built for sm_75 and run from PTX (pairwise_cosine skips there, naming sm_80); the
+#      untouched stubs (todo); every planted bug (or a part of these: the options go to
+#      accept.sh, e.g. --no-mutants, --only-mutants, --memcheck, --mutant NAME; exercises named
+#      as 10/pairwise_cosine take the whole module's place);
 #   2. the distribution lines of sample's and speculative_verify's statistical tests and the
 #      timed lines of the five checkers (figures.txt);
 #   3. the SASS evidence (sass.txt): per kernel of the module, registers, local memory (LDL/STL:
@@ -12,14 +13,14 @@
 #      atomics of the selects and of the first rejection (ATOMS), pairwise_cosine's tensor-core
 #      instructions (HMMA, LDSM: ldmatrix, LDGSTS: cp.async).
 #
-#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --no-mutants --memcheck   # about 7 min
-#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --only-mutants            # about 5 min
+#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --no-mutants --memcheck
+#   OUT=$OUT bash dev/drafts/10_inference/verify.sh --only-mutants
 #
 # $OUT gets accept.sh's files (solutions.txt, oldest-arch.txt, stubs.txt, checking.txt,
 # mutants.txt, memcheck.txt), figures.txt and sass.txt; the end of the output is the tables.
-# Exit status: accept.sh's. (Times: estimates, not measured: five small checkers, and 28 planted
-# bugs of one rebuilt solution each, eight copies side by side; the figures and the SASS come
-# from the solutions' build, so the --only-mutants run leaves them empty.)
+# Exit status: accept.sh's. (ACCEPTANCE.md has the commands of the next run and what their output
+# must show. The figures and the SASS come from the solutions' build, so the --only-mutants run
+# leaves them empty.)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-build/verify10}
@@ -32,7 +33,16 @@ tar --exclude=./build --exclude=./.git --exclude=./.grader --exclude=./.venv -cf
 cd "$tree"
 bash dev/drafts/10_inference/move_into_place.sh || exit 2
 
-OUT=$out bash dev/accept.sh 10 "$@"
+# Exercises of the module named (10/<exercise>) take its place; the other arguments are accept.sh's.
+selectors=() options=()
+for argument in "$@"; do
+  case $argument in
+    10/*) selectors+=("$argument") ;;
+    *) options+=("$argument") ;;
+  esac
+done
+[ ${#selectors[@]} -gt 0 ] || selectors=(10)
+OUT=$out bash dev/accept.sh "${selectors[@]}" "${options[@]}"
 status=$?
 
 binaries=(build/solutions/bin/10_inference.*.solution)

@@ -7,7 +7,8 @@
 // read), three times, since a correct kernel gives the same bits every run. A failure names the
 // mistake where the output shows one: beta * C or alpha left out, the last partial K tile
 // dropped, C read although beta = 0, tiles never stored, results that change from run to run (a
-// race; probed on a larger product when a small one is wrong the same way every run).
+// race; probed on a product of several blocks per SM when a small one is wrong the same way every
+// run).
 // Then the rate at 4096^3 against cuBLAS SGEMM in plain FP32 (no TF32), timed in the same run:
 // the case the target is judged on. Then a sweep of square sizes from 256 to 2048 against the
 // same cuBLAS call, for the ladder (`grader report 04`). Last, the contract's extremes: M = 2^20
@@ -167,36 +168,25 @@ std::string race_diagnosis(std::size_t differing, std::size_t total, const std::
            "another before the next tiles overwrite them?";
 }
 
-// Elements of C that are not the same bits in all of `runs`.
-std::size_t differing_elements(const std::vector<std::vector<float>>& runs) {
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i < runs.front().size(); ++i) {
-        for (const auto& other : runs) {
-            if (std::memcmp(&runs.front()[i], &other[i], sizeof(float)) != 0) {
-                ++differing;
-                break;
-            }
-        }
-    }
-    return differing;
-}
-
-// A small shape's wrong result can be the same wrong bits on every run even when threads race
-// (one block, its warps scheduled alike each time); many blocks in flight vary it. Three runs of
-// a 512^3 product, which a kernel without a race computes bit for bit the same: their diagnosis.
+// A small shape's wrong result can be the same wrong bits on every run even when threads race:
+// with one block per SM or fewer, each SM runs its block alone, alike every time. The probe gives
+// the schedule room to vary: 32 rows of C per SM, 2048 columns, so 4 blocks per SM of the
+// ladder's largest tiles (128 x 128; 16 of 64 x 64), more than an SM holds at once: which SM
+// takes which of the later blocks, and which blocks share an SM, depends on when the earlier ones
+// finish. Five runs (9 GFLOP each on an H100's 132 SMs, 3 on a T4's 40), which a kernel without
+// a race computes bit for bit the same: their diagnosis.
 std::string race_probe(course::Rng& rng) {
-    const Shape shape{512, 512, 512};
-    const std::size_t c_count = count(shape.M, shape.N);
-    course::DeviceBuffer<float> d_A("A", course::random_floats(c_count, -1.0f, 1.0f, rng));
-    course::DeviceBuffer<float> d_B("B", course::random_floats(c_count, -1.0f, 1.0f, rng));
-    course::DeviceBuffer<float> d_C("C", c_count);
-    std::vector<std::vector<float>> runs;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-        d_C.poison();
+    const Shape shape{32 * course::gpu().multiprocessors, 2048, 512};
+    course::DeviceBuffer<float> d_A(
+        "A", course::random_floats(count(shape.M, shape.K), -1.0f, 1.0f, rng));
+    course::DeviceBuffer<float> d_B(
+        "B", course::random_floats(count(shape.K, shape.N), -1.0f, 1.0f, rng));
+    course::DeviceBuffer<float> d_C("C", count(shape.M, shape.N));
+    const auto runs = course::outputs_of_runs(d_C, 5, [&] {
         sgemm(shape.M, shape.N, shape.K, kAlpha, d_A.data(), d_B.data(), 0.0f, d_C.data());
-        runs.push_back(d_C.download());
-    }
-    return race_diagnosis(differing_elements(runs), c_count, " of a 512x512x512 product");
+    });
+    return race_diagnosis(course::differing_elements(runs), d_C.size(),
+                          " of a " + label(shape) + " product");
 }
 
 // expect_close, with the diagnosis (if any) first, where the grader's lines show it.
@@ -237,29 +227,20 @@ void check_shape(const Shape& shape, course::Rng& rng, Offsets offsets = {}) {
     const std::size_t c_count = count(shape.M, shape.N);
     course::DeviceBuffer<float> d_A("A", padded(p.A, offsets.a)), d_B("B", padded(p.B, offsets.b));
     course::DeviceBuffer<float> d_C("C", c_count + offsets.c);
-    float* C = d_C.data() + offsets.c;
     const auto run = [&](float beta) {
         sgemm(shape.M, shape.N, shape.K, kAlpha, d_A.data() + offsets.a, d_B.data() + offsets.b,
-              beta, C);
-    };
-    const auto download_C = [&] {
-        const auto all = d_C.download();
-        return std::vector<float>(all.begin() + offsets.c, all.end());
+              beta, d_C.data() + offsets.c);
     };
 
     // beta != 0: C holds data, which the kernel must read.
     d_C.upload(padded(p.C, offsets.c));
     run(kBeta);
-    const auto with_beta = download_C();
+    const auto with_beta = d_C.download(offsets.c, c_count);
     // beta = 0: C holds NaN, which the kernel must overwrite without reading; three runs, which
     // must agree bit for bit.
-    std::vector<std::vector<float>> without_beta;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-        d_C.poison();
-        run(0.0f);
-        without_beta.push_back(download_C());
-    }
-    std::string race = race_diagnosis(differing_elements(without_beta), c_count, "");
+    auto without_beta = course::outputs_of_runs(d_C, 3, [&] { run(0.0f); });
+    for (auto& c : without_beta) c.erase(c.begin(), c.begin() + offsets.c);
+    std::string race = race_diagnosis(course::differing_elements(without_beta), c_count, "");
 
     const auto want_with_beta = combine(p.product, p.C, kAlpha, kBeta);
     const bool with_beta_right = agrees(with_beta, want_with_beta, tolerance(shape.K));
@@ -434,22 +415,14 @@ TEST_F(Sgemm, TallPastGridYAndByteOffsets) {
 
     // Whole rows of C: the first and last, those around elements 2^29 and 2^30, and random
     // ones; a message names the byte offset that wrapped when only rows past it are wrong.
-    const auto tol = tolerance(shape.K);
-    std::vector<float> got;
-    std::vector<double> want;
-    course::CompareOptions options{"C"};
-    for (const course::Window& w : course::rows_past_int_range(shape.M, shape.N, rng)) {
-        const auto values = d_C.download(w.first, w.count);
-        got.insert(got.end(), values.begin(), values.end());
-        for (std::size_t e = w.first; e < w.first + w.count; ++e) {
-            const double product =
-                course::reference::matmul_element(A, B, shape.N, shape.K, e / shape.N, e % shape.N);
-            want.push_back(kAlpha * product +
-                           kBeta * course::hashed::uniform(e, c_seed, -1.0f, 1.0f));
-            options.indices.push_back(e);
-        }
-    }
-    EXPECT_TRUE(course::expect_close(got, want, tol, options));
+    const auto element = [&](std::size_t e) {
+        return kAlpha * course::reference::matmul_element(A, B, shape.N, shape.K, e / shape.N,
+                                                          e % shape.N) +
+               kBeta * course::hashed::uniform(e, c_seed, -1.0f, 1.0f);
+    };
+    EXPECT_TRUE(course::expect_windows_close(
+        d_C, course::rows_past_int_range(shape.M, shape.N, rng),
+        course::element_by_element(element), tolerance(shape.K), {"C"}));
 }
 
 }  // namespace

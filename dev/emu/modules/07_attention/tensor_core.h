@@ -5,7 +5,8 @@
 // PTX ISA's, which common/tests/gemm_layout_test.cpp checks). cp.async copies at once: a copy that
 // lands early is one of the orders a GPU allows, so a missing wait or barrier shows only there.
 // A build emulating sm_75 (Emulate.cmake: COURSE_EMULATED_ARCH 75) has fp16 elements, and its mma
-// is two emulated m16n8k8, each a warp instruction of its own, as on the GPU.
+// is two emulated m16n8k8, each a warp instruction of its own, as on the GPU; mma_bf16 (bf16 in
+// every build: modules 09 and 10) stops there as the GPU's trap would.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -115,6 +116,15 @@ void ldmatrix_x4_warp(LdmatrixOperands* const (&lanes)[32]) {
 
 }  // namespace emulated
 
+// bf16 in every build, as on the GPU (modules 09 and 10's data): device code below sm_80 traps.
+inline void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                     std::uint32_t b1) {
+    if (__CUDA_ARCH__ < 800)
+        emu::fail("mma_bf16: bf16 mma.sync in device code for sm_75 (a trap on a GPU)");
+    emulated::MmaOperands mine{a, {b0, b1}, c};
+    emu::warp_instruction(mine, emulated::mma_bf16_warp);
+}
+
 inline void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     if constexpr (course::kFp16TensorCores) {
         // sm_75: m16n8k8 twice, k 0-7 (A's registers 0, 1 and b0), then k 8-15 (2, 3 and b1).
@@ -123,8 +133,7 @@ inline void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, st
         emulated::MmaK8Operands high{{a[2], a[3]}, b1, c};
         emu::warp_instruction(high, emulated::mma_k8_fp16_warp);
     } else {
-        emulated::MmaOperands mine{a, {b0, b1}, c};
-        emu::warp_instruction(mine, emulated::mma_bf16_warp);
+        mma_bf16(c, a, b0, b1);
     }
 }
 
@@ -136,16 +145,22 @@ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row_address) {
     emu::warp_instruction(mine, emulated::ldmatrix_x4_warp<transposed>);
 }
 
-inline std::uint32_t pack(float lo, float hi) {
+inline std::uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
     std::uint32_t bits;
+    std::memcpy(&bits, &pair, 4);
+    return bits;
+}
+
+inline std::uint32_t pack(float lo, float hi) {
     if constexpr (course::kFp16TensorCores) {
         const __half2 pair = __floats2half2_rn(lo, hi);
+        std::uint32_t bits;
         std::memcpy(&bits, &pair, 4);
+        return bits;
     } else {
-        const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-        std::memcpy(&bits, &pair, 4);
+        return pack_bf16(lo, hi);
     }
-    return bits;
 }
 
 inline float to_float(Element x) {

@@ -36,8 +36,9 @@ __global__ void gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* x, c
     //       the x tile (rows past M zero) into shared memory, tc::swizzled<128>; __syncthreads().
     // TODO: 8 k16 steps: A fragments by tc::ldmatrix_x4 (course::ldmatrix_a_source); B register r
     //       of step s from nibbles p, p + 4 of word s / 2 (p = 2 (s % 2) + r): mask 0x000F000F,
-    //       xor 0x43084308, __hsub2 136; tc::mma_bf16 into zeroed partial sums; then acc +=
-    //       part * the column's scale; __syncthreads() before the next tile.
+    //       xor 0x43084308, __hsub2 136; tc::mma_bf16 (bf16 in every build; tc::mma would be
+    //       fp16 in a build for a T4) into zeroed partial sums; then acc += part * the column's
+    //       scale; __syncthreads() before the next tile.
     // TODO: atomicAdd each accumulator into y (course::mma_c_element) where the row is < M.
 }
 

@@ -20,7 +20,8 @@
 // TODO: a __device__ helper that copies rows row0 .. row0 + kRows - 1, columns k0 .. k0 + 63 of an
 //       MXFP8 matrix into a swizzled bf16 tile (tc::swizzled<64>): chunk c of tile row r is 8
 //       codes at k = k0 + 8 c, dequantized (decode(P) * X, X from the block's scale byte) and
-//       paired with tc::pack_bf16; zeros outside the matrix.
+//       paired with tc::pack_bf16 (bf16 in every build; tc::pack would be fp16 in a build for a
+//       T4); zeros outside the matrix.
 
 __global__ void mxfp8_gemm_kernel(int M, int N, int K, const std::uint8_t* a_elements,
                                   const std::uint8_t* a_scales, const std::uint8_t* b_elements,

@@ -26,7 +26,8 @@ __global__ void pairwise_cosine_kernel(const __nv_bfloat16* X, const float* inve
     //       128 x 128 in row-major order, (ti, tj) found from blockIdx.x.
     // TODO: module 05's main loop: tiles of 64 columns of X's rows ti * 128 .. and tj * 128 ..
     //       into swizzled shared memory by tc::cp_async_16 (a ring of stages), fragments by
-    //       tc::ldmatrix_x4, products by tc::mma_bf16 (tensor_core.h).
+    //       tc::ldmatrix_x4, products by tc::mma_bf16 (tensor_core.h: bf16 in every build;
+    //       tc::mma would be fp16 in a build for a T4).
     // TODO: the epilogue: for every (row, col) of the tile with row < col < N,
     //       d = 1 - dot * inverse[row] * inverse[col] into distances[triangle_index(row, col, N)];
     //       sum the block's d and atomicAdd its share of the mean.

@@ -156,7 +156,7 @@ inline std::optional<std::string> build_skip_reason(int min_sm) {
     const int built = course::compiled_arch(build_probe_kernel);
     if (built >= min_sm) return std::nullopt;
     return "needs device code for sm_" + std::to_string(min_sm) +
-           " or newer (bf16 mma.sync): this build is for sm_" + std::to_string(built) +
+           " or newer (bf16 tensor cores): this build is for sm_" + std::to_string(built) +
            ": rebuild the grader's tree for this GPU (cmake build/<tree> "
            "-DCMAKE_CUDA_ARCHITECTURES=" +
            std::to_string(course::gpu().sm) + ")";
