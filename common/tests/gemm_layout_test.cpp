@@ -281,6 +281,19 @@ TEST(GemmLayout, WgmmaDescriptorBits) {
     EXPECT_EQ(course::wgmma_descriptor_field(0x3FFF0), 0x3FFFu);
 }
 
+TEST(GemmLayout, WgmmaMnMajorDescriptorBits) {
+    // V tiles of 128 keys x 64 d (16 KB each): the leading byte offset is the distance from d 0-63
+    // to d 64-127, the stride byte offset that of 8 key rows (1024 bytes), 128-byte swizzle.
+    const std::uint64_t d = course::wgmma_descriptor_mn_major_128b(0x8000, 128 * 128);
+    EXPECT_EQ(d & 0x3FFF, 0x800u);
+    EXPECT_EQ((d >> 16) & 0x3FFF, 0x400u);  // 16384 >> 4
+    EXPECT_EQ((d >> 32) & 0x3FFF, 64u);     // 1024 >> 4
+    EXPECT_EQ((d >> 49) & 0x7, 0u);
+    EXPECT_EQ(d >> 62, 1u);
+    // A k16 step (16 key rows, 2048 bytes) adds 128 to the start field only.
+    EXPECT_EQ(course::wgmma_descriptor_mn_major_128b(0x8000 + 2048, 128 * 128), d + 128);
+}
+
 TEST(GemmLayout, TensorMapIsInnermostFirst) {
     const course::TensorMap2d map = course::tensor_map_2d_bf16(1000, 520, 128, 64);
     EXPECT_EQ(map.dims[0], 520u);

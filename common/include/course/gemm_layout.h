@@ -143,6 +143,18 @@ COURSE_LAYOUT_FN std::uint64_t wgmma_descriptor_k_major_128b(std::uint32_t smem_
     return wgmma_descriptor(smem_address, 16, 8 * kSwizzleRowBytes, WgmmaSwizzle::k128B);
 }
 
+// An N-major B (stored K x N, N contiguous: attention's V, [key][d]) in tiles of 128-byte rows
+// (64 bf16 of n per row, one row per k) as TMA writes them with the 128-byte swizzle, each tile
+// on a 1024-byte boundary and `tile_bytes` after the previous one (n 64 .. 127 in the second).
+// The canonical layout of the PTX ISA's "Shared Memory Matrix Layout" (CUTLASS's Layout_MN_SW128):
+// groups of 8 k rows are 1024 bytes apart (the stride dimension byte offset), tiles of 64 n
+// `tile_bytes` apart (the leading dimension byte offset). Step s of k16 covers 16 rows: it starts
+// 16 * 128 bytes further, on the swizzle pattern's boundary again.
+COURSE_LAYOUT_FN std::uint64_t wgmma_descriptor_mn_major_128b(std::uint32_t smem_address,
+                                                              std::uint32_t tile_bytes) {
+    return wgmma_descriptor(smem_address, tile_bytes, 8 * kSwizzleRowBytes, WgmmaSwizzle::k128B);
+}
+
 // ---- A 2D TMA tensor map of a row-major matrix of 16-bit elements -------------------------------
 // (CUDA driver API, cuTensorMapEncodeTiled.) Dimensions and box are given innermost first: the
 // columns (contiguous), then the rows; the strides of the dimensions past the first, in bytes.

@@ -645,6 +645,20 @@ course::PairTiming time_forward(const ForwardRun<Elem>& run, const Baselines<Ele
     return timing;
 }
 
+// A library's 16-bit attention (cuDNN's and cuBLAS's share this signature) as a timed baseline.
+using Attention16 = void (*)(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
+                             std::uint16_t* O, float* L, int batch, int heads, int T, int D,
+                             float scale, bool causal);
+inline BaselineRun<std::uint16_t> baseline_16(Attention16 attention) {
+    return
+        [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
+            const auto& s = c.shape;
+            attention(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
+                      static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
+                      c.scale(), c.causal);
+        };
+}
+
 // Device memory a timed forward case needs besides the baselines' scratch: inputs, two outputs
 // and the harness's copies (two of each), the GPU reference's float copies, and the L2 flush
 // buffer.

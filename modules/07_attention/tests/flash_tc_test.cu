@@ -24,20 +24,6 @@ const ForwardRun<std::uint16_t> kFlashTc = [](const auto& Q, const auto& K, cons
              static_cast<int>(s.D), c.scale(), c.causal);
 };
 
-// A library's 16-bit attention (cuDNN's and cuBLAS's share this signature) as a timed baseline.
-using Attention16 = void (*)(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V,
-                             std::uint16_t* O, float* L, int batch, int heads, int T, int D,
-                             float scale, bool causal);
-BaselineRun<std::uint16_t> baseline_16(Attention16 attention) {
-    return
-        [attention](const auto& Q, const auto& K, const auto& V, auto& O, auto& L, const Case& c) {
-            const auto& s = c.shape;
-            attention(Q.data(), K.data(), V.data(), O.data(), L.data(), static_cast<int>(s.batch),
-                      static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
-                      c.scale(), c.causal);
-        };
-}
-
 // cuDNN's fused attention where it runs here, else cuBLAS's materialized attention, in the
 // exercise's element type: bf16, or fp16 in a build for sm_75 (the cases then go under the fp16
 // names: shown, not judged, the targets being bf16 figures).

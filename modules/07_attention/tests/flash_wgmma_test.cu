@@ -1,0 +1,119 @@
+// Checker of 07_attention/flash_wgmma: flash_tc's cases and checks (attention_checks.h) on
+// Hopper's path. bf16 inputs (random, rounded to bf16; the references see the same values), T
+// around the tile sizes (1, 17, 63, 64, 65, 1000, 4096: a single key, partial K/V tiles, a T that
+// is not a multiple of 128 so that the last tile's TMA box runs into the next head's rows), D 64
+// and 128, causal and not, B and H not 1, against the double CPU reference (the float32 GPU
+// reference of common/ at T = 4096); scores in the hundreds (exp overflows without the row
+// maximum); each case run twice (the same bits both times: a stage read before its copies landed,
+// or a P tile read before every warp stored it, shows as a race); 65535 heads; one head long
+// enough that its T x T scores would not fit in this GPU's memory, even in bf16. Then the FLOP
+// rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to cuDNN's fused attention (else
+// cuBLAS's materialized bf16 attention), timed in the same run.
+// Skips on any GPU but compute capability 9.0 (wgmma, TMA and setmaxnreg exist in sm_90a code
+// only), where this build's device code is not sm_90a, and in a tree that also builds for sm_75
+// (its tensor-core inputs are fp16: course/tensor_element.h; this contract is bf16).
+#include "attention_checks.h"
+#include "flash_wgmma.h"
+
+namespace {
+
+using namespace attention_checks;
+
+// A kernel of this file, whose device code is built with the exercise's flags (sm_90a in a tree
+// built for Hopper: cmake/Course.cmake).
+__global__ void build_probe_kernel() {}
+
+class FlashWgmma : public course::GpuTest {
+  protected:
+    void SetUp() override {
+        const course::GpuInfo& g = course::gpu();
+        if (g.available && g.sm != 90) {
+            skip("needs a Hopper GPU (sm_90a: wgmma, TMA, setmaxnreg); " + g.name + " is " +
+                 std::to_string(g.sm / 10) + "." + std::to_string(g.sm % 10));
+            return;
+        }
+        course::GpuTest::SetUp();
+        if (IsSkipped()) return;
+        // A tree built for the GPU builds this exercise for sm_90a (cmake/Course.cmake); one built
+        // for an older architecture runs PTX without the Hopper instructions.
+        const int built = course::compiled_arch(build_probe_kernel);
+        if (built != 90 || course::kFp16TensorCores)
+            skip("needs device code for sm_90a (wgmma, TMA): this build is for sm_" +
+                 std::to_string(built) + (course::kFp16TensorCores ? ", in fp16" : "") +
+                 ": rebuild the grader's tree for this GPU (cmake build/<tree> "
+                 "-DCMAKE_CUDA_ARCHITECTURES=90)");
+    }
+
+  private:
+    void skip(const std::string& reason) {
+        RecordProperty("skip_reason", reason);
+        GTEST_SKIP() << reason;
+    }
+};
+
+const ForwardRun<std::uint16_t> kFlashWgmma = [](const auto& Q, const auto& K, const auto& V,
+                                                 auto& O, auto& L, const Case& c) {
+    const auto& s = c.shape;
+    flash_wgmma(course::as_bf16(Q), course::as_bf16(K), course::as_bf16(V), course::as_bf16(O),
+                L.data(), static_cast<int>(s.batch), static_cast<int>(s.heads),
+                static_cast<int>(s.T), static_cast<int>(s.D), c.scale(), c.causal);
+};
+
+// cuDNN's fused attention where it runs here, else cuBLAS's materialized attention, in bf16.
+const Baselines<std::uint16_t> kBaselines{
+    {"cudnn_attention_bf16", baseline_16(course::baseline::cudnn_attention_bf16)},
+    {"cublas_attention_bf16", baseline_16(course::baseline::cublas_attention_bf16)}};
+
+TEST_F(FlashWgmma, EdgeShapes) {
+    auto rng = test_rng();
+    edge_shapes<std::uint16_t>(kFlashWgmma, rng);
+}
+
+TEST_F(FlashWgmma, LongSequence) {
+    auto rng = test_rng();
+    long_sequence<std::uint16_t>(kFlashWgmma, rng);
+}
+
+TEST_F(FlashWgmma, LargeScores) {
+    auto rng = test_rng();
+    large_scores<std::uint16_t>(kFlashWgmma, rng);
+}
+
+TEST_F(FlashWgmma, MostHeads) {
+    auto rng = test_rng();
+    most_heads<std::uint16_t>(kFlashWgmma, rng);
+}
+
+// One head whose T x T scores would not fit in this GPU's memory even in bf16 (T about 200000 on
+// an 80 GB GPU): a kernel that keeps them in a scratch buffer cannot allocate it. Causal, for
+// half the work.
+TEST_F(FlashWgmma, NoScoresBuffer) {
+    ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 200k");
+    auto rng = test_rng();
+    no_scores_buffer<std::uint16_t>(kFlashWgmma, true, rng);
+}
+
+void rate(std::size_t D, bool causal, course::Rng& rng) {
+    const Case c = timed_case(D, causal);
+    COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
+    time_forward<std::uint16_t>(kFlashWgmma, kBaselines, c, rng);
+}
+
+TEST_F(FlashWgmma, RateD64) {
+    auto rng = test_rng();
+    rate(64, false, rng);
+}
+TEST_F(FlashWgmma, RateD64Causal) {
+    auto rng = test_rng();
+    rate(64, true, rng);
+}
+TEST_F(FlashWgmma, RateD128) {
+    auto rng = test_rng();
+    rate(128, false, rng);
+}
+TEST_F(FlashWgmma, RateD128Causal) {
+    auto rng = test_rng();
+    rate(128, true, rng);
+}
+
+}  // namespace
