@@ -9,8 +9,8 @@
 # of its exercises with their host tests (common/.../reference/inference.h,
 # common/src/reference/inference.cpp, common/tests/reference_inference_test.cpp: CMake globs
 # them) and the emulator's header for pairwise_cosine's tensor cores (dev/emu/modules/10_inference)
-# into place, applies course.patch where there is one (the shared files that name the module; none
-# yet: the README's rows come with the figures of the first acceptance, ACCEPTANCE.md), writes the
+# into place, applies course.patch (the shared files that name the module: the README's sentence
+# and rows, the emulator's list of modules and dev/README.md's paragraph on it), writes the
 # grader's blocks of progress.md and ROADMAP.md again (dev/regenerate_blocks.py: the module's
 # week, 14, is planned in grader/templates/roadmap_checklist.md.j2 already), and removes the draft
 # folder.
