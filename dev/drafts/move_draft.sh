@@ -49,7 +49,9 @@ if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
   in_git=1
   apply() { git apply --index "$@"; }
   move() { git mv "$1" "$2"; }
-  remove() { git rm -rq "$1"; }
+  # git mv and git rm leave the emptied folders behind: a later check_moves.sh would take them
+  # for drafts.
+  remove() { git rm -rq "$1" && rm -rf "$1"; }
 else
   in_git=0
   apply() { env -u GIT_DIR -u GIT_WORK_TREE GIT_CEILING_DIRECTORIES="$(dirname "$root")" git apply "$@"; }

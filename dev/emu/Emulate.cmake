@@ -6,9 +6,11 @@
 # emulated GPU reports 512 MB free; so do the cases a checker marks COURSE_SKIP_ON_EMULATOR.
 # COURSE_EMULATED_MODULES names the modules the emulator can run: not those whose kernels use TMA,
 # wgmma or inline PTX of their own (dev/README.md); module 07's tensor-core instructions are
-# carried out on the host by modules/07_attention/tensor_core.h here.
-set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention 08_training CACHE STRING
-    "Modules whose solutions run on the CPU emulator (the emulated variant)")
+# carried out on the host by modules/07_attention/tensor_core.h here (modules 09 and 10 include the
+# same header: modules/09_quantization/tensor_core.h and modules/10_inference/tensor_core.h here
+# include this folder's).
+set(COURSE_EMULATED_MODULES 06_softmax_norms 07_attention 08_training 09_quantization 10_inference
+    CACHE STRING "Modules whose solutions run on the CPU emulator (the emulated variant)")
 
 # The architecture the emulated device code is compiled as (__CUDA_ARCH__ / 10): 90, Hopper's
 # paths (clusters); 75, a T4's, which gives the tensor-core exercises fp16 and sm_75's

@@ -49,10 +49,15 @@ struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(4) char4 { signed char x, y, z, w; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline char4 make_char4(signed char a, signed char b, signed char c, signed char d) {
+    return {a, b, c, d};
+}
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline float __fdividef(float a, float b) { return a / b; }
 // The lowest set bit's position, from 1 (0: none).
@@ -230,13 +235,16 @@ void warp_instruction(Operands& mine, Execute execute) {
     open(w.barrier);
 }
 
-template <class T, int kId>
+// A static __shared__ variable (kId: its declaration), aligned to kAlign bytes where the
+// declaration asks for more than its type's alignment (alignas(16): 16-byte vector accesses).
+template <class T, int kId, std::size_t kAlign = alignof(T)>
 T& shared() {
     static char key;
+    constexpr std::size_t align = kAlign > alignof(T) ? kAlign : alignof(T);
     Cluster& c = *current_cluster;
     auto it = c.layout.find(&key);
     if (it == c.layout.end()) {
-        const std::size_t offset = (c.next_offset + alignof(T) - 1) / alignof(T) * alignof(T);
+        const std::size_t offset = (c.next_offset + align - 1) / align * align;
         if (offset + sizeof(T) > kStaticShared) fail("static shared memory over kStaticShared");
         c.next_offset = offset + sizeof(T);
         it = c.layout.emplace(&key, offset).first;

@@ -2,6 +2,7 @@
 
   kernel<<<grid, block[, bytes[, stream]]>>>(args)  ->  ::emu::launch(kernel, grid, block[, bytes[, stream]])(args)
   __shared__ T a[N], b;                    ->  auto& a = ::emu::shared<T[N], id>(); auto& b = ...
+  __shared__ alignas(16) T a[N];           ->  auto& a = ::emu::shared<T[N], id, 16>();
   extern __shared__ T name[];              ->  T* name = (T*)::emu::dynamic_shared();
 
 With --sequential, launches run each thread to its end in turn (::emu::launch_sequential): for
@@ -20,7 +21,9 @@ from pathlib import Path
 DYNAMIC = re.compile(r"extern __shared__\s+(?:__align__\(\d+\)\s+)?([\w:<>]+(?:\s+[\w:<>]+)*?)\s+"
                      r"(\w+)\[\];")
 DECLARATOR = r"\w+\s*(?:\[[^\]]*\])*"
-STATIC = re.compile(rf"__shared__\s+([\w:<>\s]+?)\s+({DECLARATOR}(?:\s*,\s*{DECLARATOR})*)\s*;")
+ALIGNMENT = r"(?:(?:alignas|__align__)\((\d+)\)\s+)?"
+STATIC = re.compile(rf"__shared__\s+{ALIGNMENT}([\w:<>\s]+?)\s+"
+                    rf"({DECLARATOR}(?:\s*,\s*{DECLARATOR})*)\s*;")
 NAME_AND_DIMENSIONS = re.compile(r"(\w+)\s*((?:\[[^\]]*\])*)")
 LAUNCH = re.compile(r"([\w:]+(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>", re.S)
 INCLUDED_SOURCE = re.compile(r'^#include "([^"]+\.cu)"$', re.M)
@@ -43,8 +46,10 @@ def translate(source: str, launcher: str = "launch") -> str:
                                    f"reinterpret_cast<{m[1]}*>(::emu::dynamic_shared());", source)
 
     def shared(match: re.Match) -> str:  # one reference per declarator: float a[32], b[32];
-        return " ".join(f"auto& {name} = ::emu::shared<{match[1]}{dimensions}, {next(ids)}>();"
-                        for name, dimensions in NAME_AND_DIMENSIONS.findall(match[2]))
+        alignment = f", {match[1]}" if match[1] else ""
+        return " ".join(f"auto& {name} = ::emu::shared<{match[2]}{dimensions}, {next(ids)}"
+                        f"{alignment}>();"
+                        for name, dimensions in NAME_AND_DIMENSIONS.findall(match[3]))
 
     source = STATIC.sub(shared, source)
     return LAUNCH.sub(lambda m: f"::emu::{launcher}({m[1]}, {m[2]})", source)

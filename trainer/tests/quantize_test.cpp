@@ -17,8 +17,8 @@
 #include "gpt.h"
 #include "quantize.h"
 
-// Module 09's CPU references of its formats: in common/ once the module moves out of
-// dev/drafts/09_quantization (its move_into_place.sh); until then the test against them skips.
+// Module 09's CPU references of its formats (common/, with the module): a copy of the course
+// without module 09 skips the test against them.
 #if __has_include("course/reference/quantize.h")
 #include "course/reference/quantize.h"
 #define TRAINER_HAVE_QUANTIZE_REFERENCES 1
@@ -197,8 +197,8 @@ TEST(Quantize, Gpt2LinearWeightsMemory) {
 // widths and magnitudes, one with a row of zeros.
 TEST(Quantize, MatchesModule09sReferences) {
 #ifndef TRAINER_HAVE_QUANTIZE_REFERENCES
-    GTEST_SKIP() << "module 09's CPU references (course/reference/quantize.h) are not in common/ "
-                    "yet: dev/drafts/09_quantization";
+    GTEST_SKIP() << "module 09's CPU references (course/reference/quantize.h) are not in common/: "
+                    "this copy of the course has no module 09";
 #else
     namespace reference = course::reference;
     std::mt19937 random(3);

@@ -19,6 +19,7 @@ inline __nv_bfloat16 __float2bfloat16(float value) {
     bits += 0x7fffu + ((bits >> 16) & 1u);
     return {static_cast<std::uint16_t>(bits >> 16)};
 }
+inline __nv_bfloat16 __float2bfloat16_rn(float value) { return __float2bfloat16(value); }
 inline float __bfloat162float(__nv_bfloat16 value) {
     const std::uint32_t bits = static_cast<std::uint32_t>(value.bits) << 16;
     float out;
@@ -27,4 +28,9 @@ inline float __bfloat162float(__nv_bfloat16 value) {
 }
 inline __nv_bfloat162 __floats2bfloat162_rn(float low, float high) {
     return {__float2bfloat16(low), __float2bfloat16(high)};
+}
+// Exact where the result is a bf16 (module 09's integers): the float difference, rounded.
+inline __nv_bfloat162 __hsub2(__nv_bfloat162 a, __nv_bfloat162 b) {
+    return {__float2bfloat16(__bfloat162float(a.x) - __bfloat162float(b.x)),
+            __float2bfloat16(__bfloat162float(a.y) - __bfloat162float(b.y))};
 }

@@ -3,7 +3,8 @@
 // and the dequantized weights, on shapes around a warp's 512 (INT8) or 1024 (INT4) weights per
 // step, K from one step to 65536, N from 1 to GPT-2's 3072; a failure names the known mistakes (a
 // scale missing, one scale per row instead of per group, a group's last values with the next
-// group's scale, nibbles swapped or unsigned, every token reading token 0's x). Every case prints
+// group's scale or its first with the previous group's, nibbles swapped or unsigned, every token
+// reading token 0's x). Every case prints
 // the format's accuracy: y against the product with the float32 weights, in units of what rounding
 // each weight predicts. Then the timed cases: one token at N = K = 8192 (judged: the bandwidth on
 // the bytes that must move, against a copy of W), 16 tokens, and both against cuBLAS's bf16 GEMM
@@ -174,6 +175,16 @@ inline std::string diagnose(const std::vector<float>& got, const std::vector<flo
                    scale;
         })))
         return "the last 32 values of each group take the next group's scale: the group of "
+               "column k is k / 128";
+    // The first 32 values of each group with the group's before (the row's first group keeps
+    // its own): the group counted from the load before.
+    if (groups > 1 && matches(weights_read_as(w, [&](std::size_t n, std::size_t k) {
+            const std::size_t group = k < 32 ? 0 : (k - 32) / kInt4Group;
+            return static_cast<float>(
+                       ref::int4_nibble(w.bytes[(n * K + k) / 2], static_cast<int>(k % 2))) *
+                   w.scales[n * groups + group];
+        })))
+        return "the first 32 values of each group take the previous group's scale: the group of "
                "column k is k / 128";
     return "";
 }
