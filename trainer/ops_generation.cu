@@ -293,7 +293,8 @@ __device__ void add_to_bins(unsigned bin, Mass w, SampleShared& shared) {
     __syncwarp();
     if (w != 0 && lane == __ffs(peers) - 1) {
         Mass sum = 0;
-        for (unsigned rest = peers; rest != 0; rest &= rest - 1) sum += shared.lanes[warp][__ffs(rest) - 1];
+        for (unsigned rest = peers; rest != 0; rest &= rest - 1)
+            sum += shared.lanes[warp][__ffs(rest) - 1];
         atomicAdd(&shared.bins[bin], sum);
     }
     __syncwarp();  // the row is read before the next call writes it

@@ -180,9 +180,8 @@ void both_ways_draw_the_same_tokens(int B) {
                     testing::sampling_margins(row, V, kSampling, u[b]);
                 // The rule on the cached logits: where it draws as the GPU did, the logits parted
                 // the ways, not the sampler.
-                const int rule_on_cached =
-                    sample_token(cached_logits.data() + static_cast<std::size_t>(b) * V, V,
-                                 kSampling, u[b]);
+                const int rule_on_cached = sample_token(
+                    cached_logits.data() + static_cast<std::size_t>(b) * V, V, kSampling, u[b]);
                 ASSERT_TRUE(testing::could_draw_otherwise(m, delta, kSampling.temperature,
                                                           testing::kSamplingRounding))
                     << "step " << step << ", sequence " << b << ": drew " << cached[b]
