@@ -176,6 +176,12 @@ __device__ inline void set_registers_decrease() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
+// A barrier of the `threads` threads (a multiple of 32) that use barrier `id` (1 to 15; 0 is
+// __syncthreads()'s): one warpgroup waits for its own warps, not for the whole block.
+__device__ inline void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- The tensor map (host) ----------------------------------------------------------------------
 
 // The tensor map of a rows x K row-major bf16 matrix, copied in boxes of box_rows x kBK with the

@@ -1,8 +1,9 @@
 // The Hopper instructions of 07_attention/flash_wgmma beyond module 05's hopper.h (which this
 // header includes: mbarriers, TMA, the wgmma fences and groups, setmaxnreg, the tensor map):
 // wgmma of the two shapes attention needs, B read K-major (K in S = Q K^T) or N-major (V in
-// O += P V), the proxy fence a tile written by the threads needs before wgmma reads it, and a
-// barrier of one warpgroup. Read-only, like the contract; notes/07_attention.md explains each.
+// O += P V), and the proxy fence a tile written by the threads needs before wgmma reads it (the
+// barrier of one warpgroup is hopper.h's). Read-only, like the contract; notes/07_attention.md
+// explains each.
 // sm_90a only: call them from code compiled only there (#if defined(__CUDA_ARCH_FEAT_SM90_ALL)).
 #pragma once
 
@@ -17,12 +18,6 @@ namespace hopper {
 // needs it before wgmma reads it; a tile TMA wrote is ordered by the mbarrier instead.
 __device__ inline void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// A barrier of the `threads` threads (a multiple of 32) that use barrier `id` (1 to 15; 0 is
-// __syncthreads()'s): one warpgroup waits for its own warps, not for the whole block.
-__device__ inline void named_barrier_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // hopper.h's fence_accumulators for accumulator arrays of any size.

@@ -444,7 +444,7 @@ __device__ void prefetch_epilogue(const GemmEpilogue& e, int M, int N, int row0,
 
 // The 128 threads of one consumer warpgroup (named barrier 1 or 2; 0 is __syncthreads).
 __device__ void consumer_barrier(int consumer) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kWarpgroupThreads) : "memory");
+    hopper::named_barrier_sync(1 + consumer, kWarpgroupThreads);
 }
 
 // Contributor `block`'s partial of Stream-K position p, this consumer's part (Schedule).
