@@ -55,17 +55,14 @@ inline SamplingMargins sampling_margins(const float* logits, int V, const Sampli
         double total = 0.0;
         for (double w : masses) total += w;
         double held = 0.0;
-        bool cut = false;
         for (std::size_t j = 0; j < masses.size(); ++j) {
             held += masses[j];
             if (j + 1 == masses.size() || sorted[j + 1] != sorted[j]) {
                 m.top_p = std::min(m.top_p, std::fabs(held / total - params.top_p));
                 // The first value whose share reaches top_p is the last kept: a value below it
                 // that the other logits place above it is kept instead.
-                if (!cut && held / total >= params.top_p && j + 1 < masses.size()) {
+                if (m.top_p_gap == kFar && held / total >= params.top_p && j + 1 < masses.size())
                     m.top_p_gap = static_cast<double>(sorted[j]) - sorted[j + 1];
-                    cut = true;
-                }
             }
         }
     }
