@@ -3,8 +3,9 @@
 //
 // Teaches: what a quarter of bf16's bytes buys a memory-bound kernel; 32 nibbles from one 16-byte
 // load, each to a float by the exponent trick; a scale per group, applied to the group's partial
-// sum. The checker reports your bandwidth on the bytes that must move next to a copy, your time
-// next to cuBLAS on bf16 weights, and the format's accuracy.
+// sums; gemv_w8a16's shared tile of x and rows per warp for a batch of tokens. The checker reports
+// your bandwidth on the bytes that must move next to a copy, your time next to cuBLAS on bf16
+// weights, and the format's accuracy.
 //
 // Run:  grader run 09/gemv_w4a16             Stuck:  grader hint 09/gemv_w4a16
 // Contract: gemv_w4a16.h                     Notes:  notes/09_quantization.md
@@ -15,16 +16,19 @@
 
 __global__ void gemv_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* x,
                                   const std::uint8_t* W, const float* scales, float* y) {
-    // TODO: gemv_w8a16's kernel, with uint4s of 32 nibbles: uint4 c of row n (W + std::size_t(n)
-    //       * K / 2) holds columns 32 c .. 32 c + 31, all in group c / 4.
+    // TODO: gemv_w8a16's kernel (4 rows per warp, x's chunk of every token in a shared tile),
+    //       with uint4s of 32 nibbles: uint4 c of row n (W + std::size_t(n) * K / 2) holds
+    //       columns 32 c .. 32 c + 31, all in group c / 4; chunks of up to 4096 columns, as many
+    //       as a tile of 32 KB holds (2048 at 8 tokens, 1024 at 16).
     // TODO: nibble p of a word is column 8 i + p of the word's 8; its value q is two's
     //       complement; the exponent trick turns (nibble ^ 8) = q + 8 into a float.
-    // TODO: each load's partial sum times its group's scale, scales[n * (K / 128) + c / 4]; the
-    //       warp's sum per token; y[m * N + n].
+    // TODO: each partial sum (a row's 8 weights times a token's 8 values of x) times its group's
+    //       scale, scales[n * (K / 128) + c / 4], loaded with the weights; the warp's sum per row
+    //       and token; y[m * N + n].
 }
 
 void gemv_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* W,
                 const float* scales, float* y) {
-    // TODO: ceil_div(N, 8) blocks of 256 threads, then CUDA_CHECK_LAUNCH().
+    // TODO: ceil_div(N, 16) blocks of 128 threads, then CUDA_CHECK_LAUNCH().
     COURSE_TODO("gemv_w4a16: write gemv_w4a16_kernel and launch it, then delete this line");
 }

@@ -230,8 +230,9 @@ inline void check_shapes(const Launcher& run, Format format) {
     auto rng = course::rng_for(std::string(info->test_suite_name()) + "." + info->name());
     quant::ProductAccuracy accuracy;
     // K: one load per lane and less (the first); not a multiple of a warp's step (512 INT8
-    // weights, 1024 INT4); GPT-2's 768 and 3072. N: 1 row, partial blocks of 8 rows. M: 1 to 16,
-    // each bound of the kernels a solution may specialize.
+    // weights, 1024 INT4); GPT-2's 768 and 3072 (two chunks of the readable INT8 kernel's tile,
+    // the second partial; 65536 is 16 or more). N: 1 row, partial warps of 4 rows and blocks of
+    // 8 or 16. M: 1 to 16, each bound of the kernels a solution may specialize.
     const std::vector<std::size_t> Ks = format == Format::int8
                                             ? std::vector<std::size_t>{16, 48, 528, 768, 3072}
                                             : std::vector<std::size_t>{128, 256, 768, 1152, 3072};
