@@ -61,6 +61,13 @@ CMAKE_LINE = re.compile(
 CMAKE_ENTRY = "[[exercise]]"
 
 
+# An exercise for an architecture's own instructions (min_sm 90 or more: Hopper's wgmma and
+# setmaxnreg) builds for the arch-specific target, 90a where the tree builds for 90
+# (cmake/Course.cmake, course_exercise_architectures). Such code runs on that compute capability
+# alone: a newer GPU (sm_100) refuses it, so it runs where the GPU's is exactly min_sm.
+ARCH_SPECIFIC_MIN_SM = 90
+
+
 @dataclass(frozen=True)
 class Exercise:
     module: str

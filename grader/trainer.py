@@ -35,7 +35,7 @@ from grader.build import BuildTree, Log, build, configure, read_cache, tree_lock
 from grader.course import Course
 from grader.errors import UserError
 from grader.library_ban import refusal
-from grader.manifest import Exercise
+from grader.manifest import ARCH_SPECIFIC_MIN_SM, Exercise
 from grader.results import (BUILD_ERROR, CRASH, EMULATED, FAIL, FAST, LEARNER, PASS, SKIPPED,
                             TIMEOUT, TODO, Outcome, PerfCase, Result)
 from grader.runner import CheckerRun, run_program
@@ -215,6 +215,8 @@ class Machine:
         return self.gpu_sm >= BF16_MIN_SM and min(self.tree_architectures, default=0) >= BF16_MIN_SM
 
     def runs(self, exercise: Exercise) -> bool:
+        if exercise.min_sm >= ARCH_SPECIFIC_MIN_SM:
+            return self.gpu_sm == exercise.min_sm and exercise.min_sm in self.tree_architectures
         return exercise.min_sm <= min(self.gpu_sm, max(self.tree_architectures, default=0))
 
 
@@ -262,10 +264,14 @@ def make_plan(course: Course, config: KernelsConfig, kernels: list[Kernel], mach
             kernel = exercise_of(op, value, course, kernels)
             if kernel not in ladder:
                 found = by_key.get(kernel.exercise)
+                needs = ", not in this course"
+                if found:
+                    needs = f", min_sm {found.min_sm}"
+                    if found.min_sm >= ARCH_SPECIFIC_MIN_SM:
+                        needs += f" (sm_{found.min_sm}a code: that architecture only)"
                 problems.append(f"{op} = {value!r}: {kernel.exercise} does not run here (a "
-                                f"{kernel.precision} kernel"
-                                f"{f', min_sm {found.min_sm}' if found else ', not in this course'}"
-                                f"; this run is {dtype} on sm_{machine.gpu_sm})")
+                                f"{kernel.precision} kernel{needs}; this run is {dtype} on "
+                                f"sm_{machine.gpu_sm})")
             else:
                 chosen[op] = kernel.exercise
     if problems:

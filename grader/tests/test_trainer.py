@@ -259,6 +259,29 @@ def test_a_named_exercise_runs_whatever_its_status_where_the_machine_runs_it():
                         "min_sm 80; this run is fp32 on sm_90)"]
 
 
+def test_an_exercise_of_hopper_s_own_instructions_runs_on_hopper_alone():
+    # sm_90a code (wgmma) runs on compute capability 9.0 only: a newer GPU, or a tree built for
+    # another architecture, takes the next rung.
+    kernels = [Kernel("gemm", "05_gemm/wgmma", "bf16"), *KERNELS]
+
+    class Course:
+        exercises = [FakeExercise("05_gemm/wgmma", 90), *FakeCourse.exercises]
+
+    def chosen(machine):
+        found, _ = make_plan(Course(), KernelsConfig(AUTO, {"gemm": AUTO}), kernels, machine, None)
+        return found.chosen["gemm"]
+
+    assert chosen(Machine(90, (90,))) == "05_gemm/wgmma"
+    assert chosen(Machine(100, (100,))) == "04_sgemm/wide"
+    assert chosen(Machine(100, (90, 100))) == "04_sgemm/wide"
+    assert chosen(Machine(90, (80,))) == "04_sgemm/wide"
+    _, problems = make_plan(Course(), KernelsConfig(AUTO, {"gemm": "05_gemm/wgmma"}), kernels,
+                            Machine(100, (100,)), None)
+    assert problems == ["gemm = '05_gemm/wgmma': 05_gemm/wgmma does not run here (a bf16 kernel, "
+                        "min_sm 90 (sm_90a code: that architecture only); this run is bf16 on "
+                        "sm_100)"]
+
+
 def test_bf16_needs_it_in_the_gpu_and_in_the_build():
     _, problems = plan({"gemm": AUTO}, None, dtype="bf16", machine=Machine(90, (75,)))
     assert problems[0].startswith('dtype = "bf16" needs compute capability 8.0 or newer, in the '
