@@ -3,10 +3,11 @@
 //
 // Teaches: a total order on (value, index) packed into one integer key, so that the k-th
 // largest is unique and ties at the threshold are decided by the index; the radix select of
-// `sample` over that key, with module 03's privatized histogram (a column per lane); an early
-// exit once every key of the chosen digit is needed; a compaction of the k survivors into shared
-// memory; a bitonic sort of them. The checker compares values and indices with a reference (ties,
-// infinities, signed zeros, rows of 2^18) and times you against CUB's segmented radix sort.
+// `sample` over that key, with module 03's privatized histogram (a column per lane), 8 loads in
+// flight per thread and the digit found by a warp's scan; an early exit once every key of the
+// chosen digit is needed; a compaction of the k survivors into shared memory; a bitonic sort of
+// them. The checker compares values and indices with a reference (ties, infinities, signed
+// zeros, rows of 2^18) and times you against CUB's segmented radix sort.
 //
 // Run:  grader run 10/topk                   Stuck:  grader hint 10/topk
 // Contract: topk.h                           Notes:  notes/10_inference.md, section 3
@@ -18,7 +19,8 @@ __global__ void topk_kernel(const float* logits, float* values, int* indices, in
     // TODO: the key of token i: its float made an ordered unsigned (as in `sample`), shifted up,
     //       with (2^24 - 1 - i) below it: unique, and larger for the smaller index of equal values.
     // TODO: the threshold, the k-th largest key, by a radix select (8 bits a round, the most
-    //       significant first); the k tokens whose key is >= it into shared memory; sort them,
+    //       significant first; each thread loading 8 logits before it uses any; the digit found
+    //       by warp 0's scan); the k tokens whose key is >= it into shared memory; sort them,
     //       largest first; write values and indices.
 }
 

@@ -4,9 +4,10 @@
 // 257, 1000, 4097) side by side in one batch, D 64 and 128, grouped-query and multi-query
 // heads, scores in the hundreds (exp overflows without the maximum), one sequence of 32768 keys;
 // each case run twice with the workspace poisoned (the same bits both times: a race, or a read of
-// a workspace slot nothing wrote, shows). Then the bandwidth on the cache's bytes, against a
-// device copy of them, at batch 16 x 4096 keys and batch 1 x 32768 keys (D 128, judged) and
-// batch 16 x 4096 keys at D 64.
+// a workspace slot nothing wrote, shows; the second call must write all of out too: a count of
+// finished splits left over from the first call shows). Then the bandwidth on the cache's bytes,
+// against a device copy of them, at batch 16 x 4096 keys and batch 1 x 32768 keys (D 128, judged)
+// and batch 16 x 4096 keys at D 64.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -107,7 +108,8 @@ std::string diagnose(const Case& c, const Inputs& in, const Got& got, const ref:
     const auto& s = c.shape;
     const std::size_t D = s.D;
     if (std::all_of(got.out.begin(), got.out.end(), [](float v) { return course::is_poison(v); }))
-        return "out was never written";
+        return "out was never written. If the last block of each (sequence, head) merges: does "
+               "its count of finished splits start at 0? (The workspace holds anything on entry.)";
     auto row_ok = [&](const std::vector<float>& out, const std::vector<float>& lse,
                       const ref::DecodeOutput& w, std::size_t r) {
         if (!lse_tol.accepts(lse[r], w.L[r])) return false;
@@ -164,14 +166,14 @@ std::string diagnose(const Case& c, const Inputs& in, const Got& got, const ref:
     if (lse_right)
         return "lse is right in every row but out is not: the running output o must be "
                "rescaled by exp(m_old - m_new) whenever the maximum rises, as the sum l is";
+    if (lse_low)
+        return "lse is below the reference in every wrong row: keys are missing from the sums "
+               "(the last keys of a split, or of the cache?)";
     if (longest_right > 0 && shortest_wrong > longest_right)
         return "every row whose cache holds more than " + std::to_string(longest_right) +
                " keys is wrong, every shorter one right: the rows of several splits. Is each "
                "split's state rescaled to the common maximum before the merge adds it "
                "(l_s and o_s times exp(m_s - M), M the largest m_s)?";
-    if (lse_low)
-        return "lse is below the reference in every wrong row: keys are missing from the sums "
-               "(the last keys of a split, or of the cache?)";
     return "";
 }
 
@@ -209,6 +211,17 @@ void check_case(const Case& c, course::Rng& rng) {
     workspace.poison();
     run(c, q, K, V, lengths, out, lse, workspace);
     const auto again = out.download();
+    // A result kept from the first call: the second wrote nothing, or less, on the same inputs.
+    std::size_t unwritten = 0;
+    for (std::uint16_t bits : again) unwritten += course::is_poison(bits);
+    std::size_t written_first = 0;
+    for (std::uint16_t bits : got.out_bits) written_first += !course::is_poison(bits);
+    ASSERT_FALSE(unwritten > 0 && written_first == got.out_bits.size())
+        << "the first call wrote all of `out` and a second call on the same inputs left "
+        << unwritten << " of its " << again.size()
+        << " elements unwritten: something kept from the first call decided that no block "
+           "merges. Is the count of finished splits of each (sequence, head) set back to 0 by "
+           "the block that merges, ready for the next call?";
     std::size_t differing = 0;
     for (std::size_t i = 0; i < again.size(); ++i) differing += again[i] != got.out_bits[i];
     EXPECT_EQ(differing, 0u)
