@@ -102,17 +102,19 @@ __device__ void load_weights(const uint4* const (&w_rows)[kRowsPerWarp],
 // gemv_w8a16's design with 32 weights per load: warp w of block b computes rows
 // n = kRowsPerBlock b + kRowsPerWarp w + r (r < 4) for every token; each step stages x's 1024
 // columns of every token in shared memory once for the block's 16 rows, and reads each value of x
-// from there once per warp for 4 rows. A nibble takes as many instructions as an int8 (LOP3,
-// FADD, FFMA) for half the bytes, so the arithmetic can no longer wait for the loads: each step
-// issues the next step's loads of W before its own arithmetic, and they travel while it runs.
+// from there once per warp for 4 rows. Even at a LOP3 and an FFMA, a nibble costs nearly the
+// instructions of an int8 for half the bytes, so at one token the arithmetic takes most of the
+// reads' time and must not wait for them: each step issues the next step's loads of W before its
+// own arithmetic, and they travel while it runs.
 //
 // Napkin math at one token, N = K = 8192 (notes, sections 3 and 4): W and its scales are 34 MiB,
-// 11 us at the copy's 3 TB/s. The 64 M weights cost about 3.6 instructions each (LOP3, FADD, FFMA,
-// 1/4 of a bf16-to-float of x shared by 4 rows, 1/8 of the scale's FFMA, 1/4 of the word's XOR
-// and shift): 7 us at 132 SMs x 128 lanes x 1.98 GHz, hidden under the reads only if loads are in
-// flight while it runs (16 warps an SM x 64 bytes a lane: 32 KB an SM, above the 23 KB that
-// 3 TB/s at a microsecond's latency needs). At 16 tokens the arithmetic sets the time
-// (about 1.6 instructions per weight and token, some 50 us, 23% of the copy's rate on W).
+// 11 us at the copy's 3 TB/s. The 64 M weights cost about 4 instructions each (the nibble's LOP3
+// and FFMA, its own FFMA, 1/2 of the word's XOR, masks and shift, 1/4 of a bf16-to-float of x
+// shared by 4 rows, 1/8 of the scale's FFMA): 8 us at 132 SMs x 128 lanes x 1.98 GHz, hidden
+// under the reads only if loads are in flight while it runs (16 warps an SM x 64 bytes a lane:
+// 32 KB an SM, above the 23 KB that 3 TB/s at a microsecond's latency needs). At 16 tokens the
+// arithmetic sets the time (about 1.6 instructions per weight and token, some 50 us, 23% of the
+// copy's rate on W).
 template <int kMaxTokens>
 __global__ void __launch_bounds__(kBlock)
     gemv_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
