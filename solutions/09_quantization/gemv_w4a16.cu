@@ -4,9 +4,11 @@
 //
 // Teaches: what a quarter of the bf16 bytes buys a memory-bound kernel; unpacking 32 nibbles from
 // one 16-byte load, each to a float by the exponent trick (nibble ^ 8 is the value plus 8, in
-// 0 .. 15, under the exponent of 2^23) since I2F would take longer than the memory; a scale per
-// group, applied to the group's partial sums (a lane's 32 weights never cross a group);
-// gemv_w8a16's shared tile of x and 4 rows per warp for a batch of tokens. The checker
+// 0 .. 15, left in place under the exponent of 2^23: a LOP3 and an FFMA a weight) since I2F
+// would take longer than the memory; the next step's loads in flight during this step's
+// arithmetic, which at one token now costs as much time as the reads; a scale per group, applied
+// to the group's partial sums (a lane's 32 weights never cross a group); gemv_w8a16's shared tile
+// of x and 4 rows per warp for a batch of tokens. The checker
 // reports the bandwidth on the bytes that must move next to a copy, and the time next to cuBLAS
 // on the same product with bf16 weights.
 //
@@ -29,19 +31,19 @@ constexpr int kRowsPerBlock = kBlock / 32 * kRowsPerWarp;  // 16 rows share one 
 constexpr int kWeightsPerLoad = 32;                        // one uint4 of nibbles
 constexpr int kPieces = kWeightsPerLoad / 8;  // x's uint4s (8 bf16 each) under one load of W: 4
 constexpr int kLoadsPerGroup = kInt4Group / kWeightsPerLoad;
-// Loads of W in flight per lane and row, as many as a warp per row had (16 a lane for 4 rows):
-// the bytes on their way per SM at one token stay where they were.
-constexpr int kMaxLoads = 4;
-// x's tile at most: under the 48 KB of static shared memory of every GPU, three blocks per SM.
-constexpr int kTileBytes = 32 * 1024;
+// A step: one uint4 per lane and row, 1024 columns; x's tile of 16 tokens is then 32 KB, under
+// the 48 KB of static shared memory of every GPU (three blocks per SM).
+constexpr int kChunkLoads = 32;
 static_assert(kInt4Group % kWeightsPerLoad == 0, "a load never crosses a group");
 
-// Nibble `p` (0..7) of a word of 8 two's complement nibbles, as a float. nibble ^ 8 is the value
-// plus 8 (0b1111 = -1 becomes 7, 0b0111 = 7 becomes 15): under the exponent bits of 2^23 it makes
-// the float 2^23 + q + 8, exactly; subtracting 2^23 + 8 leaves q, sign included.
-__device__ float int4_to_float(unsigned word, int p) {
-    const unsigned biased = ((word >> (4 * p)) & 0xFu) ^ 0x8u;
-    return __uint_as_float(0x4B000000u | biased) - 8388616.0f;  // 2^23 + 8
+// Nibble p (0..3) of a carrier (4 nibbles XORed with 8, each then q + 8 in 0 .. 15, under the
+// exponent bits of 2^23), as the float q. The exponent trick without moving the
+// nibble: masked in place, it makes the float 2^23 + 16^p (q + 8) exactly, and one FFMA (times
+// 16^-p, minus 2^23 / 16^p + 8, both exact) leaves q. A LOP3 and an FFMA a weight.
+__device__ float int4_to_float(unsigned carrier, int p) {
+    const float unit = 1.0f / static_cast<float>(1 << (4 * p));  // 16^-p
+    return __uint_as_float(carrier & (0xFF800000u | (0xFu << (4 * p)))) * unit -
+           (8388608.0f * unit + 8.0f);
 }
 
 // bf16 is the upper half of a float: a pair of them in a 32-bit word, as floats.
@@ -49,11 +51,15 @@ __device__ float bf16_low(unsigned pair) { return __uint_as_float(pair << 16); }
 __device__ float bf16_high(unsigned pair) { return __uint_as_float(pair & 0xFFFF0000u); }
 
 // Piece p of one uint4 of nibbles: word p, columns 8 p .. 8 p + 7 of the load (nibble i is
-// column 8 p + i), unscaled.
+// column 8 p + i), unscaled. One XOR biases all 8 (nibble ^ 8 is q + 8: 0b1111 = -1 becomes 7,
+// 0b0111 = 7 becomes 15); each half of the word then goes under 2^23's exponent bits, the upper
+// one shifted down (the mantissa has 23 bits): 4 instructions a word, not 2 or 3 a nibble.
 __device__ void int4x8_to_float(const uint4& w, int p, float (&out)[8]) {
     const unsigned words[4] = {w.x, w.y, w.z, w.w};
+    const unsigned biased = words[p] ^ 0x88888888u;
+    const unsigned carriers[2] = {(biased & 0xFFFFu) | 0x4B000000u, (biased >> 16) | 0x4B000000u};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = int4_to_float(words[p], i);
+    for (int i = 0; i < 8; ++i) out[i] = int4_to_float(carriers[i / 4], i % 4);
 }
 
 // The 8 bf16 of one uint4 of x, as floats.
@@ -74,40 +80,54 @@ __device__ float dot8(const float (&w)[8], const float (&x)[8]) {
     return sum;
 }
 
+// Lane `lane`'s uint4 of each of the warp's rows in the step at `start` (uint4 start + lane of the
+// row, columns 32 (start + lane) .. + 31, all in group (start + lane) / 4), and that group's
+// scale; zeros in rows past N and past the row's end.
+__device__ void load_weights(const uint4* const (&w_rows)[kRowsPerWarp],
+                             const float* const (&row_scales)[kRowsPerWarp], int rows, int start,
+                             int lane, int chunks, uint4 (&w)[kRowsPerWarp],
+                             float (&scale)[kRowsPerWarp]) {
+    const int chunk = start + lane;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+        w[r] = uint4{};
+        scale[r] = 0.0f;
+        if (r < rows && chunk < chunks) {
+            w[r] = w_rows[r][chunk];
+            scale[r] = row_scales[r][chunk / kLoadsPerGroup];
+        }
+    }
+}
+
 // gemv_w8a16's design with 32 weights per load: warp w of block b computes rows
-// n = kRowsPerBlock b + kRowsPerWarp w + r (r < 4) for every token; each step loads the warp's
-// weights (lane l: the uint4s l, l + 32, ... of the chunk in each row, uint4 c holding columns
-// 32 c .. 32 c + 31, all in group c / 4, whose scale multiplies their partial sums), stages x's
-// chunk of every token in shared memory once for the block's 16 rows, and reads each value of x
-// from there once per warp for 4 rows.
+// n = kRowsPerBlock b + kRowsPerWarp w + r (r < 4) for every token; each step stages x's 1024
+// columns of every token in shared memory once for the block's 16 rows, and reads each value of x
+// from there once per warp for 4 rows. Even at a LOP3 and an FFMA, a nibble costs nearly the
+// instructions of an int8 for half the bytes, so at one token the arithmetic takes most of the
+// reads' time and must not wait for them: each step issues the next step's loads of W before its
+// own arithmetic, and they travel while it runs.
 //
-// Napkin math at 16 tokens, N = K = 8192 (notes, section 3): W and its scales are 34 MiB, 12 us at
-// the copy's 3 TB/s; x's tile adds 128 MiB from L2 (512 blocks x 8 steps x 32 KB), some 25 us at
-// L2's 6 to 7 TB/s. The 1.07 G multiply-adds take 32 us at the CUDA cores' 128 FMAs per clock on
-// 132 SMs: the arithmetic sets the time, as for INT8, with about 1.6 instructions per weight and
-// token (1 FMA, 1/8 of the group scale's FMA on a partial sum of 8, 1/4 of a bf16-to-float of x,
-// 1/32 of a shared-memory read, about 3/16 of the nibble's conversion): some 50 us, 23% of the
-// copy's rate on W (before: 64 bytes of x from L2 for each byte of W, 3.9%). At one token a
-// step's loads are 16 a lane (4 rows x 4) and W's bytes set the time.
+// Napkin math at one token, N = K = 8192 (notes, sections 3 and 4): W and its scales are 34 MiB,
+// 11 us at the copy's 3 TB/s. The 64 M weights cost about 4 instructions each (the nibble's LOP3
+// and FFMA, its own FFMA, 1/2 of the word's XOR, masks and shift, 1/4 of a bf16-to-float of x
+// shared by 4 rows, 1/8 of the scale's FFMA): 8 us at 132 SMs x 128 lanes x 1.98 GHz, hidden
+// under the reads only if loads are in flight while it runs (16 warps an SM x 64 bytes a lane:
+// 32 KB an SM, above the 23 KB that 3 TB/s at a microsecond's latency needs). At 16 tokens the
+// arithmetic sets the time (about 1.6 instructions per weight and token, some 50 us, 23% of the
+// copy's rate on W).
 template <int kMaxTokens>
 __global__ void __launch_bounds__(kBlock)
     gemv_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
                       const std::uint8_t* __restrict__ W, const float* __restrict__ scales,
                       float* __restrict__ y) {
-    // The columns of K staged per step: kMaxLoads loads of W per lane and row, fewer where
-    // x's tile (kMaxTokens x kChunk bf16) would pass kTileBytes.
-    constexpr int kFit = kTileBytes / (2 * kMaxTokens);
-    constexpr int kChunk =
-        kFit < 32 * kWeightsPerLoad * kMaxLoads ? kFit : 32 * kWeightsPerLoad * kMaxLoads;
-    constexpr int kChunkLoads = kChunk / kWeightsPerLoad;  // uint4s of W per row and chunk
-    constexpr int kLoads = kChunkLoads / 32;  // per lane and row: 4 to 4 tokens, 2 at 8, 1 at 16
     // x's chunk of every token, piece-major (gemv_w8a16's reason): x_tile[m][p][c] is piece p
-    // (8 bf16) of x under the chunk's uint4 c of W; lane l reads x_tile[m][p][l + 32 j], 512
-    // consecutive bytes per warp, where x's own order would give four-way bank conflicts.
+    // (8 bf16) of x under the step's uint4 c of W; lane l reads x_tile[m][p][l], 512 consecutive
+    // bytes per warp, where x's own order would give four-way bank conflicts.
     __shared__ uint4 x_tile[kMaxTokens][kPieces][kChunkLoads];
 
     const int lane = threadIdx.x % 32;
     const int first_row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32 * kRowsPerWarp;
+    const int rows = N - first_row;  // the warp's rows below N: 4, fewer, or none
     const uint4* w_rows[kRowsPerWarp];
     const float* row_scales[kRowsPerWarp];
 #pragma unroll
@@ -121,24 +141,22 @@ __global__ void __launch_bounds__(kBlock)
     const int chunks = K / kWeightsPerLoad;                   // uint4s of W per row
     const int x_chunks = K / 8;                               // uint4s of x per token
 
+    // The next step's weights and scales, in flight during this step's arithmetic. Rows past N
+    // load nothing but stay for the block's barriers.
+    uint4 w_next[kRowsPerWarp];
+    float scale_next[kRowsPerWarp];
+    load_weights(w_rows, row_scales, rows, 0, lane, chunks, w_next, scale_next);
     float acc[kRowsPerWarp][kMaxTokens] = {};
     for (int start = 0; start < chunks; start += kChunkLoads) {
-        // The chunk's weights and their group scales first, before the barrier; rows past N
-        // load nothing but stay for the block's barriers.
-        uint4 w[kRowsPerWarp][kLoads];
-        float scale[kRowsPerWarp][kLoads];
+        uint4 w[kRowsPerWarp];
+        float scale[kRowsPerWarp];
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-            for (int j = 0; j < kLoads; ++j) {
-                const int chunk = start + lane + 32 * j;
-                w[r][j] = uint4{};
-                scale[r][j] = 0.0f;
-                if (first_row + r < N && chunk < chunks) {
-                    w[r][j] = w_rows[r][chunk];
-                    scale[r][j] = row_scales[r][chunk / kLoadsPerGroup];
-                }
-            }
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+            w[r] = w_next[r];
+            scale[r] = scale_next[r];
+        }
+        load_weights(w_rows, row_scales, rows, start + kChunkLoads, lane, chunks, w_next,
+                     scale_next);
         // x's chunk of every token into the tile: uint4 u of the chunk is piece u % kPieces of
         // W's uint4 u / kPieces.
         for (int i = threadIdx.x; i < M * kPieces * kChunkLoads; i += kBlock) {
@@ -149,22 +167,20 @@ __global__ void __launch_bounds__(kBlock)
                     x_rows[static_cast<std::size_t>(m) * x_chunks + at];
         }
         __syncthreads();  // the tile is whole
-#pragma unroll
-        for (int j = 0; j < kLoads; ++j) {
-            if (start + lane + 32 * j >= chunks) continue;
+        if (start + lane < chunks) {
 #pragma unroll
             for (int p = 0; p < kPieces; ++p) {
                 float weights[kRowsPerWarp][8];
 #pragma unroll
-                for (int r = 0; r < kRowsPerWarp; ++r) int4x8_to_float(w[r][j], p, weights[r]);
+                for (int r = 0; r < kRowsPerWarp; ++r) int4x8_to_float(w[r], p, weights[r]);
 #pragma unroll
                 for (int m = 0; m < kMaxTokens; ++m) {
                     if (m >= M) continue;
                     float xs[8];
-                    bf16x8_to_float(x_tile[m][p][lane + 32 * j], xs);
+                    bf16x8_to_float(x_tile[m][p][lane], xs);
 #pragma unroll
                     for (int r = 0; r < kRowsPerWarp; ++r)
-                        acc[r][m] += scale[r][j] * dot8(weights[r], xs);
+                        acc[r][m] += scale[r] * dot8(weights[r], xs);
                 }
             }
         }
