@@ -89,6 +89,10 @@ Tensor mm_call(const Tensor& a, const Tensor& b) {
 
 // Each forward runs the op's CUDA implementation (torch_ops.cpp) below the autograd keys, as
 // register_autograd's generated function does, and saves what torch_ops.py's setup_context saves.
+// The ops with outputs that have no gradient (layernorm's mean and rstd, attention's lse,
+// cross_entropy's dlogits) turn off the zeros autograd would otherwise make for them before
+// every backward (set_materialize_grads: dlogits's are N x V floats, 313 MB at the GPT's
+// shapes, written each step), and take an undefined gradient as no gradient.
 
 struct Softmax : torch::autograd::Function<Softmax> {
     static Tensor forward(AutogradContext* ctx, const Tensor& x) {
@@ -111,9 +115,11 @@ struct LayerNorm : torch::autograd::Function<LayerNorm> {
         auto [y, mean, rstd] = layernorm_call(x, weight, bias);
         ctx->save_for_backward({x, weight, mean, rstd});
         ctx->mark_non_differentiable({mean, rstd});
+        ctx->set_materialize_grads(false);
         return {y, mean, rstd};
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
+        if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
         const variable_list saved = ctx->get_saved_variables();
         auto [dx, dweight, dbias] =
             layernorm_backward_call(grads[0], saved[0], saved[1], saved[2], saved[3]);
@@ -128,9 +134,11 @@ struct CrossEntropy : torch::autograd::Function<CrossEntropy> {
         auto [loss, dlogits] = cross_entropy_call(logits, targets);
         ctx->save_for_backward({dlogits});
         ctx->mark_non_differentiable({dlogits});
+        ctx->set_materialize_grads(false);
         return {loss, dlogits};
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
+        if (!grads[0].defined()) return {Tensor(), Tensor()};
         // The kernel computed the mean loss's gradient with the loss: scaled by the loss's own.
         return {ctx->get_saved_variables()[0] * grads[0], Tensor()};
     }
@@ -155,9 +163,11 @@ struct Attention : torch::autograd::Function<Attention> {
         ctx->save_for_backward({q, k, v, out, lse});
         ctx->saved_data["causal"] = causal;
         ctx->mark_non_differentiable({lse});
+        ctx->set_materialize_grads(false);
         return {out, lse};
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
+        if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor(), Tensor()};
         const variable_list s = ctx->get_saved_variables();
         auto [dq, dk, dv] = attention_backward_call(grads[0], s[0], s[1], s[2], s[3], s[4],
                                                     ctx->saved_data["causal"].toBool());
