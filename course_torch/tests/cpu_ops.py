@@ -127,13 +127,16 @@ def main() -> None:
         problem = checks.classify("torch_ops.py", "loading it", error)
         print(json.dumps({"status": problem.status, "lines": [problem.line]}))
         return
-    if len(sys.argv) > 3:
+    autograd_cpp = len(sys.argv) > 3
+    if autograd_cpp:
         _load_autograd(Path(sys.argv[3]))
     checks.DEVICE = "cpu"
     status, lines = checks.run_all(90)
-    a = torch.randn(8, 8, requires_grad=True)
-    node = type(torch.ops.course.mm(a, a).grad_fn).__name__
-    print(json.dumps({"status": status, "lines": lines, "mm_backward": node}))
+    report = {"status": status, "lines": lines}
+    if autograd_cpp:
+        a = torch.randn(8, 8, requires_grad=True)
+        report["mm_backward"] = type(torch.ops.course.mm(a, a).grad_fn).__name__
+    print(json.dumps(report))
     del library
 
 
