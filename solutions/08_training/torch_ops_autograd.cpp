@@ -51,14 +51,13 @@ Triple layernorm_call(const Tensor& x, const Tensor& weight, const Tensor& bias)
 }
 Triple layernorm_backward_call(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                const Tensor& mean, const Tensor& rstd) {
-    static const auto op = course_op<Triple(const Tensor&, const Tensor&, const Tensor&,
-                                            const Tensor&, const Tensor&)>(
-        "course::layernorm_backward");
+    static const auto op =
+        course_op<Triple(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&)>("course::layernorm_backward");
     return op.call(dy, x, weight, mean, rstd);
 }
 Pair cross_entropy_call(const Tensor& logits, const Tensor& targets) {
-    static const auto op =
-        course_op<Pair(const Tensor&, const Tensor&)>("course::cross_entropy");
+    static const auto op = course_op<Pair(const Tensor&, const Tensor&)>("course::cross_entropy");
     return op.call(logits, targets);
 }
 Tensor gelu_call(const Tensor& x) {
@@ -70,16 +69,15 @@ Tensor gelu_backward_call(const Tensor& dy, const Tensor& x) {
     return op.call(dy, x);
 }
 Pair attention_call(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-    static const auto op = course_op<Pair(const Tensor&, const Tensor&, const Tensor&, bool)>(
-        "course::attention");
+    static const auto op =
+        course_op<Pair(const Tensor&, const Tensor&, const Tensor&, bool)>("course::attention");
     return op.call(q, k, v, causal);
 }
 Triple attention_backward_call(const Tensor& dout, const Tensor& q, const Tensor& k,
-                               const Tensor& v, const Tensor& out, const Tensor& lse,
-                               bool causal) {
+                               const Tensor& v, const Tensor& out, const Tensor& lse, bool causal) {
     static const auto op =
-        course_op<Triple(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const Tensor&, const Tensor&, bool)>("course::attention_backward");
+        course_op<Triple(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, bool)>("course::attention_backward");
     return op.call(dout, q, k, v, out, lse, causal);
 }
 Tensor mm_call(const Tensor& a, const Tensor& b) {
