@@ -39,3 +39,15 @@ def test_a_cpp_nodes_name_loses_its_namespaces():
     assert step_profile._short(name) == "CppNode<Mm>"
     assert step_profile._short(step_profile.BACKWARD + "torch::autograd::AccumulateGrad") == \
         "AccumulateGrad"
+
+
+def test_each_model_op_gets_its_backward_nodes_stock_and_swapped():
+    groups = {"model.linear": [4, 100.0, 30.0], "AddmmBackward0": [3, 50.0, 20.0],
+              "MmBackward0": [1, 10.0, 5.0], "CppNode<Mm>": [4, 40.0, 60.0],
+              "GeneratedBackwardFor_course_mm_defaultBackward": [4, 80.0, 60.0],
+              "ToCopyBackward0": [8, 99.0, 9.0], "CppNode<LayerNorm>": [2, 7.0, 1.0]}
+    calls, forward_cpu, backward_cpu, gpu = step_profile._op_share(groups, "linear")
+    assert calls == 4 and forward_cpu == 0.1
+    assert backward_cpu == (50 + 10 + 40 + 80) / 1e3  # not the casts' nodes, not layernorm's
+    assert gpu == (30 + 20 + 5 + 60 + 60) / 1e3
+    assert step_profile._op_share(groups, "layer_norm")[2] == 7 / 1e3
