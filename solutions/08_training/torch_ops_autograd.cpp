@@ -13,7 +13,9 @@
 // for the AutogradCUDA key: a kernel registered for a backend's own autograd key takes precedence
 // over one registered for the Autograd alias (torch_ops.py's), so on CUDA tensors these run and
 // the Python ones stay for every other device. Each backward calls the ops through the dispatcher
-// (autograd included), as torch_ops.py's do.
+// (autograd included), as torch_ops.py's do. The autocast rules stay torch_ops.py's (a Python call
+// per op inside torch.autocast): register_autocast refuses an op that already has a kernel for
+// AutocastCUDA (PyTorch 2.11: a KeyError), and this file is loaded before torch_ops.py runs.
 //
 // Run:  python3 -m course_torch check --variant fast      (opcheck, gradcheck, torch.compile)
 //       python3 -m course_torch profile                    (a step's time, op by op)
