@@ -4,7 +4,8 @@ so that CI tests it.
 Each contract function the binding calls comes from one exercise's file: the learner's stub
 (modules/), the readable solution, or the fast reference where the exercise has one (solutions/,
 or the folder a mutant run copies them to). The binding itself, 08_training/torch_ops.cpp and
-torch_ops.py, is the learner's or the solutions' (it has no fast version).
+torch_ops.py, is the learner's or the solutions'; the fast variant adds to the solutions' one
+their backwards in C++ (torch_ops_autograd.cpp: AUTOGRAD_CPP).
 """
 import re
 from dataclasses import dataclass, field
@@ -16,6 +17,10 @@ from grader.results import FAST, LEARNER, SOLUTION
 VARIANTS = (LEARNER, SOLUTION, FAST)
 BINDING_MODULE = "08_training"
 BINDING = "torch_ops"
+# The fast variant's addition to the binding: the ops' backwards as C++ autograd Functions,
+# registered for AutogradCUDA, where they take the place of torch_ops.py's (registered for the
+# Autograd alias) without a Python call per op.
+AUTOGRAD_CPP = "torch_ops_autograd.cpp"
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,16 @@ class Plan:
     include_dirs: tuple[Path, ...]
     cuda_flags: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    autograd_cpp: Path | None = None  # the fast variant's AUTOGRAD_CPP
+
+    @property
+    def binding_sources(self) -> tuple[Path, ...]:
+        return (self.binding_cpp, *([self.autograd_cpp] if self.autograd_cpp else []))
 
     @property
     def sources(self) -> list[str]:
-        return [str(self.binding_cpp), *(str(path) for _, path in self.kernels),
-                *(str(path) for path in self.support)]
+        return [*(str(path) for path in self.binding_sources),
+                *(str(path) for _, path in self.kernels), *(str(path) for path in self.support)]
 
     @property
     def name(self) -> str:
@@ -120,7 +130,9 @@ def make_plan(course: Course, variant: str, sm: int, solutions: Path | None = No
                     *(course.root / "modules" / module for module in modules))
     flags = ("-std=c++17", "-O3", "-lineinfo", *arch_flags(sm))
     support = tuple(course.root / path for path in SUPPORT)
-    return Plan(variant, sm, tuple(kernels), cpp, py, support, include_dirs, flags, tuple(notes))
+    autograd_cpp = cpp.with_name(AUTOGRAD_CPP) if variant == FAST else None
+    return Plan(variant, sm, tuple(kernels), cpp, py, support, include_dirs, flags, tuple(notes),
+                autograd_cpp)
 
 
 def schemas(root: Path) -> list[str]:
@@ -131,8 +143,8 @@ def schemas(root: Path) -> list[str]:
 
 
 def missing_files(plan: Plan) -> list[Path]:
-    return [path for path in (plan.binding_cpp, plan.binding_py, *(p for _, p in plan.kernels),
-                              *plan.support)
+    return [path for path in (*plan.binding_sources, plan.binding_py,
+                              *(p for _, p in plan.kernels), *plan.support)
             if not path.is_file()]
 
 

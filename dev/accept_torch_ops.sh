@@ -14,7 +14,9 @@
 #    bugs        grader check --mutants --no-build 08/torch_ops: every planted bug caught with
 #                its message (build/mutants/torch_ops; the longest of the four: one build, then
 #                five runs of the checks)
-#    build-fast  the fast references' extension (build/torch_ops/fast), for part 2
+#    build-fast  the fast references' extension (build/torch_ops/fast), for part 2, then
+#    check-fast  its ops through the same checks (the fast binding: mm through
+#                gemm_bf16_epilogue, the backwards in C++, torch_ops_autograd.cpp): pass
 # 2. Alone, for the timings: the 300-step loss curves of trainer/torch_check.py's GPT (small
 #    preset, bf16 autocast), stock against every op swapped for the fast references', with the
 #    tolerance measured in the same run, and the step times (train); each op's time per call
@@ -64,13 +66,15 @@ export MAX_JOBS=$(( $(nproc) / 4 > 2 ? $(nproc) / 4 : 2 ))
 TAIL=24 step solutions "$reserve" python3 -m grader run 08/torch_ops --solutions & p1=$!
 TAIL=6 step stubs "$reserve" python3 -m grader run 08/torch_ops & p2=$!
 TAIL=12 step bugs "$reserve" python3 -m grader check --mutants --no-build 08/torch_ops & p3=$!
-TAIL=4 step build-fast "$reserve" python3 -m course_torch build --variant fast & p4=$!
+{ TAIL=4 step build-fast "$reserve" python3 -m course_torch build --variant fast &&
+    TAIL=24 step check-fast "$reserve" python3 -m course_torch check --variant fast; } & p4=$!
 status=0
 wait $p1 || status=1
 # The untouched stubs: todo (exit 1 is expected).
 wait $p2; grep -q "torch_ops .*todo" "$out/stubs.txt" || status=1
 for pid in $p3 $p4; do wait "$pid" || status=1; done
-cat "$out"/solutions.status "$out"/stubs.status "$out"/bugs.status "$out"/build-fast.status >> "$summary"
+cat "$out"/solutions.status "$out"/stubs.status "$out"/bugs.status "$out"/build-fast.status \
+  "$out"/check-fast.status >> "$summary" 2>/dev/null
 
 MAX_JOBS=$(nproc)
 export MAX_JOBS

@@ -3,10 +3,13 @@ kernels written with PyTorch's ops), so that the checks' logic and the binding's
 where there is no GPU. A stand-in may carry a planted bug of the C++ side (`bugs`), for the tests
 that the checks catch it.
 
-    python3 course_torch/tests/cpu_ops.py BINDING_PY [BUG,...]
+    python3 course_torch/tests/cpu_ops.py BINDING_PY [BUG,...] [AUTOGRAD_CPP]
 
 defines the stand-ins, runs BINDING_PY (a torch_ops.py) and the checks on the CPU, and prints
 the result as JSON: one process per run, since an op's registrations last as long as the process.
+AUTOGRAD_CPP, the fast binding's backwards in C++ (torch_ops_autograd.cpp), is built for the
+CPU's autograd key (build/torch_ops/cpu_autograd) and loaded after BINDING_PY: the checks then
+run through its backwards, and the JSON names the node that course::mm's output records.
 """
 import importlib.util
 import json
@@ -101,6 +104,17 @@ def define(bugs=()) -> torch.library.Library:
     return lib
 
 
+def _load_autograd(source: Path) -> None:
+    from torch.utils import cpp_extension
+
+    build = ROOT / "build" / "torch_ops" / "cpu_autograd"
+    build.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(name="course_torch_autograd_cpu", sources=[str(source)],
+                       extra_include_paths=[str(ROOT / "modules" / "08_training")],
+                       extra_cflags=["-O1", "-DCOURSE_AUTOGRAD_KEY=AutogradCPU"],
+                       build_directory=str(build), is_python_module=False)
+
+
 def main() -> None:
     from course_torch import checks
 
@@ -113,9 +127,16 @@ def main() -> None:
         problem = checks.classify("torch_ops.py", "loading it", error)
         print(json.dumps({"status": problem.status, "lines": [problem.line]}))
         return
+    autograd_cpp = len(sys.argv) > 3
+    if autograd_cpp:
+        _load_autograd(Path(sys.argv[3]))
     checks.DEVICE = "cpu"
     status, lines = checks.run_all(90)
-    print(json.dumps({"status": status, "lines": lines}))
+    report = {"status": status, "lines": lines}
+    if autograd_cpp:
+        a = torch.randn(8, 8, requires_grad=True)
+        report["mm_backward"] = type(torch.ops.course.mm(a, a).grad_fn).__name__
+    print(json.dumps(report))
     del library
 
 

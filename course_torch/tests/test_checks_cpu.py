@@ -3,6 +3,7 @@ the solutions' Python half over CPU stand-ins of the C++ half passes; the stub i
 planted bug of solutions/08_training/mutants.toml that lives in the Python half, and a stand-in of
 each that lives in the C++ half or a kernel, fails with its message."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +21,9 @@ RUNNER = Path(__file__).with_name("cpu_ops.py")
 SOLUTION = ROOT / "solutions" / "08_training" / "torch_ops.py"
 
 
-def run_checks(binding: Path, bugs: str = "") -> dict:
-    result = subprocess.run([sys.executable, str(RUNNER), str(binding), bugs], capture_output=True,
-                            text=True, timeout=600, cwd=ROOT)
+def run_checks(binding: Path, bugs: str = "", *more: str) -> dict:
+    result = subprocess.run([sys.executable, str(RUNNER), str(binding), bugs, *more],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -38,6 +39,17 @@ def test_the_solution_passes_every_check_and_the_compiled_model():
     report = run_checks(SOLUTION)
     assert report["status"] == PASS, report["lines"]
     assert any(line.startswith("torch.compile:") for line in report["lines"])
+
+
+def test_the_fast_bindings_cpp_backwards_pass_every_check():
+    # torch_ops_autograd.cpp, built for AutogradCPU, takes precedence over torch_ops.py's
+    # backwards (the Autograd alias): the checks run through the C++ ones
+    if not (shutil.which("c++") and shutil.which("ninja")):
+        pytest.skip("needs a C++ compiler and ninja (the extension's build)")
+    report = run_checks(SOLUTION, "", str(SOLUTION.with_name("torch_ops_autograd.cpp")))
+    assert report["status"] == PASS, report["lines"]
+    # a C++ autograd::Function's node (torch_ops.py's: GeneratedBackwardFor_course_mm_default...)
+    assert report["mm_backward"] == "CppFunction", report["mm_backward"]
 
 
 def test_the_stub_is_todo():

@@ -45,6 +45,12 @@ def test_the_learner_builds_the_stubs_and_the_fast_variant_the_fast_references(c
         "solutions/06_softmax_norms/layernorm_backward_fast.cu"
     # no fast reference: the readable one
     assert fast["08_training/gelu"] == "solutions/08_training/gelu.cu"
+    # the fast binding: the solutions' and its backwards in C++
+    assert make_plan(course, "fast", 90).binding_sources == (
+        ROOT / "solutions/08_training/torch_ops.cpp",
+        ROOT / "solutions/08_training/torch_ops_autograd.cpp")
+    assert make_plan(course, "solution", 90).binding_sources == (
+        ROOT / "solutions/08_training/torch_ops.cpp",)
     plan = make_plan(course, "solution", 90, ROOT / "build/mutants/src")
     assert plan.binding_py == ROOT / "build/mutants/src/08_training/torch_ops.py"
     assert make_plan(course, "learner", 90).binding_cpp == ROOT / "modules/08_training/torch_ops.cpp"

@@ -39,7 +39,10 @@
 //                                    (05 wgmma_gemm on compute capability 9.0, else 05
 //                                    mma_pipeline), whose B operand is b^T row-major (a linear
 //                                    layer's weight as it is stored) and whose float32 result is
-//                                    rounded to bfloat16; M, N and K multiples of 8 there
+//                                    rounded to bfloat16; M, N and K multiples of 8 there (the
+//                                    solution calls gemm_bf16_epilogue instead where the build
+//                                    defines it, wgmma_gemm's fast reference: the same product,
+//                                    bf16 out, each operand read as it lies)
 #pragma once
 
 #include <torch/library.h>

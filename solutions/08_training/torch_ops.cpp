@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <tuple>
+#include <utility>
 
 #include "cross_entropy.h"
 #include "flash_backward.h"
@@ -27,11 +28,17 @@
 #include "flash_tc.h"
 #include "gelu.h"
 #include "gemm_bf16.h"
+#include "gemm_bf16_epilogue.h"
 #include "layernorm.h"
 #include "layernorm_backward.h"
 #include "sgemm.h"
 #include "softmax_online.h"
 #include "torch_ops.h"
+
+// The optional entry point beside gemm_bf16 (gemm_bf16_epilogue.h): wgmma_gemm's fast reference
+// defines it, the readable solutions and mma_pipeline do not. Declared weak, it is null where
+// the build compiled no definition, and course::mm converts around gemm_bf16 there.
+__attribute__((weak)) decltype(gemm_bf16_epilogue) gemm_bf16_epilogue;
 
 namespace {
 
@@ -80,6 +87,17 @@ Tensor row_major(const Tensor& t) { return t.contiguous(); }
 Tensor row_major_aligned(const Tensor& t) {
     Tensor dense = t.contiguous();
     return reinterpret_cast<std::uintptr_t>(dense.data_ptr()) % 16 == 0 ? dense : dense.clone();
+}
+
+// An operand of gemm_bf16_epilogue, t [rows, K] (A, or B as b^T): read where it lies if it is
+// row-major (GemmMajor::kK) or the transpose of a row-major matrix (kMN), on a 16-byte boundary;
+// copied row-major otherwise.
+std::pair<Tensor, GemmMajor> epilogue_operand(const Tensor& t) {
+    if (reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0) {
+        if (t.is_contiguous()) return {t, GemmMajor::kK};
+        if (t.t().is_contiguous()) return {t, GemmMajor::kMN};
+    }
+    return {row_major_aligned(t), GemmMajor::kK};
 }
 
 const float* f32(const Tensor& t) { return t.data_ptr<float>(); }
@@ -366,6 +384,18 @@ Tensor mm_op(const Tensor& a_in, const Tensor& b_in) {
                     M <= (1 << 16) && N <= (1 << 16) && K <= (1 << 16),
                 op, ": gemm_bf16's contract takes M, N and K multiples of 8 from 8 to 2^16; got ",
                 M, " x ", N, " x ", K);
+    if (gemm_bf16_epilogue != nullptr) {
+        // Either layout of each operand and a bf16 result: a linear layer's three products (x W^T,
+        // dy W, dy^T x: mm's b and the backward's transposed views) run without a copy.
+        const auto [a, a_major] = epilogue_operand(a_in);
+        const auto [bt, b_major] = epilogue_operand(b_in.t());
+        Tensor c = at::empty({M, N}, a_in.options());
+        GemmEpilogue epilogue;
+        epilogue.out = bf16_out(c);
+        gemm_bf16_epilogue(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), bf16(a),
+                           a_major, bf16(bt), b_major, epilogue);
+        return c;
+    }
     // gemm_bf16 computes A B^T with both operands K-contiguous: b^T, row-major, is its B. For a
     // linear layer's weight W [N, K] passed as b = W.t(), that is W itself: no copy.
     const Tensor a = row_major_aligned(a_in), bt = row_major_aligned(b_in.t());
