@@ -81,20 +81,7 @@ __device__ void for_each_token(const float* row, int begin, int end, Visit visit
 // posted[j] of the block of rank `rank` (distributed shared memory; this block's own without
 // clusters).
 __device__ Mass posted_by(ClusterShared& cs, unsigned rank, int j) {
-#if COURSE_CLUSTERS
-    return cooperative_groups::this_cluster().map_shared_rank(cs.posted, rank)[j];
-#else
-    (void)rank;
-    return cs.posted[j];
-#endif
-}
-
-__device__ void cluster_sync() {
-#if COURSE_CLUSTERS
-    cooperative_groups::this_cluster().sync();
-#else
-    __syncthreads();
-#endif
+    return course::in_cluster_block(cs.posted, rank)[j];
 }
 
 // The end of a round in a cluster: each block posts its digit totals, and every block adds up
@@ -105,7 +92,7 @@ __device__ void pick_digit(Select& select, ClusterShared& cs) {
     const Mass own = readable::digit_total(cs.block);
     course::cluster_wait();
     if (threadIdx.x < kBins) cs.posted[threadIdx.x] = own;
-    cluster_sync();  // every block's totals are posted
+    course::cluster_sync();  // every block's totals are posted
     Mass bin = 0;
     if (threadIdx.x < kBins)
         for (unsigned rank = 0; rank < course::cluster_blocks(); ++rank)
@@ -185,7 +172,7 @@ __global__ void __launch_bounds__(kBlock)
         const Mass sum = readable::chunk_mass(row, vocab, c, kept_mass);
         if (threadIdx.x % 32 == 0) cs.posted[c - part.first_chunk] = sum;
     }
-    cluster_sync();  // every block's chunks are posted
+    course::cluster_sync();  // every block's chunks are posted
     const int chunks = (vocab + kChunk - 1) / kChunk;
     const int c = threadIdx.x;
     const Mass chunk = c < chunks ? posted_by(cs, c / part.share, c % part.share) : 0;

@@ -39,26 +39,6 @@ struct ClusterShared {
     unsigned posted[kBins];  // this block's digit totals in a round, read by the whole cluster
 };
 
-// The same object in the shared memory of the cluster's block of rank `rank` (distributed shared
-// memory; this block's own without clusters).
-template <class T>
-__device__ T* in_block(T* object, unsigned rank) {
-#if COURSE_CLUSTERS
-    return cooperative_groups::this_cluster().map_shared_rank(object, rank);
-#else
-    (void)rank;
-    return object;
-#endif
-}
-
-__device__ void cluster_sync() {
-#if COURSE_CLUSTERS
-    cooperative_groups::this_cluster().sync();
-#else
-    __syncthreads();
-#endif
-}
-
 // readable::topk_kernel with a cluster of blocks per row: the same rounds, each block over its
 // slice of the row, every block picking the same digit from the cluster's totals.
 __global__ void __launch_bounds__(kBlock)
@@ -80,10 +60,11 @@ __global__ void __launch_bounds__(kBlock)
         readable::count_digits(row, part.begin, part.end, prefix, shift, s);
         course::cluster_wait();
         if (threadIdx.x < kBins) cs.posted[threadIdx.x] = s.bins[threadIdx.x];
-        cluster_sync();  // every block's totals are posted
+        course::cluster_sync();  // every block's totals are posted
         if (threadIdx.x < kBins) {
             unsigned total = 0;
-            for (unsigned r = 0; r < blocks; ++r) total += in_block(cs.posted, r)[threadIdx.x];
+            for (unsigned r = 0; r < blocks; ++r)
+                total += course::in_cluster_block(cs.posted, r)[threadIdx.x];
             s.bins[threadIdx.x] = total;  // the row's totals: the same digit in every block
         }
         course::cluster_arrive();
@@ -102,14 +83,14 @@ __global__ void __launch_bounds__(kBlock)
         if (key >= threshold) s.candidates[atomicAdd(&s.count, 1u)] = key;
     });
     course::cluster_wait();  // the last round's arrive
-    cluster_sync();          // every block's survivors are in place
+    course::cluster_sync();  // every block's survivors are in place
 
     // The first block gathers the others' after its own (k in all: no two keys are equal), sorts
     // them and writes the row; the others wait until it has read their shared memory.
     if (rank == 0) {
         unsigned offset = s.count;
         for (unsigned r = 1; r < blocks; ++r) {
-            const TopkShared* other = in_block(&s, r);
+            const TopkShared* other = course::in_cluster_block(&s, r);
             const unsigned count = other->count;
             for (unsigned j = threadIdx.x; j < count; j += kBlock)
                 s.candidates[offset + j] = other->candidates[j];

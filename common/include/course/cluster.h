@@ -38,6 +38,29 @@ __device__ inline unsigned cluster_rank() {
 #endif
 }
 
+// The same object in the shared memory of the cluster's block of rank `rank` (distributed shared
+// memory: a load through it is a round trip to that block's SM); this block's own without
+// clusters.
+template <class T>
+__device__ T* in_cluster_block(T* object, unsigned rank) {
+#if COURSE_CLUSTERS
+    return cooperative_groups::this_cluster().map_shared_rank(object, rank);
+#else
+    (void)rank;
+    return object;
+#endif
+}
+
+// A barrier of every thread of the cluster, after which each block's shared-memory writes are
+// visible to the whole cluster; __syncthreads() without clusters.
+__device__ inline void cluster_sync() {
+#if COURSE_CLUSTERS
+    cooperative_groups::this_cluster().sync();
+#else
+    __syncthreads();
+#endif
+}
+
 // The part [begin, end) of `count` items (a row's packs) that the block of rank `rank` holds when
 // a cluster of `blocks` blocks splits them: equal shares, each rounded up to a multiple of
 // `align` items so that every share starts on a 128-byte line when `align` items are 128 bytes
