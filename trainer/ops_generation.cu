@@ -231,12 +231,7 @@ __global__ void decode_merge_kernel(Act* out, const float* workspace, int C, int
 
 // The GPU's SMs, asked once: the split of decode attention fills them.
 int sm_count() {
-    static const int count = [] {
-        int device = 0, sms = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        return sms;
-    }();
+    static const int count = course::multiprocessor_count();
     return count;
 }
 

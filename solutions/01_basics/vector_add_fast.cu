@@ -45,11 +45,9 @@ __global__ void vector_add_kernel(const float* __restrict__ a, const float* __re
 // SM.
 template <class Kernel>
 std::size_t blocks_per_wave(Kernel kernel, int threads) {
-    int device = 0, sms = 0, blocks_per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int blocks_per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, 0));
-    return static_cast<std::size_t>(sms) * blocks_per_sm;
+    return static_cast<std::size_t>(course::multiprocessor_count()) * blocks_per_sm;
 }
 
 void vector_add(const float* a, const float* b, float* c, std::size_t n) {

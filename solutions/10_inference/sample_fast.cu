@@ -186,12 +186,7 @@ __global__ void __launch_bounds__(kBlock)
 // Blocks per row: enough to give every SM a block (the rows are few), at most the portable
 // cluster of 8, and no more than the row has chunks.
 int blocks_per_row(int rows, int vocab) {
-    static const int sms = [] {
-        int device = 0, count = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-        return count;
-    }();
+    static const int sms = course::multiprocessor_count();
     const int chunks = course::ceil_div(vocab, kChunk);
     return std::max(1, std::min({sms / rows, static_cast<int>(course::kMaxClusterBlocks), chunks}));
 }

@@ -105,12 +105,7 @@ __global__ void __launch_bounds__(kBlock)
 // Blocks per row: enough to give every SM a block (the rows are few), at most the portable
 // cluster of 8, and at least a token per thread in each.
 int blocks_per_row(int rows, int vocab) {
-    static const int sms = [] {
-        int device = 0, count = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-        return count;
-    }();
+    static const int sms = course::multiprocessor_count();
     const int most_for_vocab = course::ceil_div(vocab, kBlock);
     return std::max(
         1, std::min({sms / rows, static_cast<int>(course::kMaxClusterBlocks), most_for_vocab}));

@@ -78,9 +78,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <bool kAdd, typename T>
 void pull_from_left(T* own, const T* left, std::size_t n, cudaStream_t stream) {
-    int device = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = course::multiprocessor_count();
     const std::size_t needed = course::ceil_div(n, std::size_t(kThreads) * 16 / sizeof(T));
     const int blocks = static_cast<int>(std::min<std::size_t>(needed, kBlocksPerSm * sms));
     pull_from_left_kernel<kAdd><<<blocks, kThreads, 0, stream>>>(own, left, n);

@@ -20,6 +20,14 @@ inline bool is_aligned(const void* p, std::size_t bytes) {
     return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
+// The current device's SMs (cudaDevAttrMultiProcessorCount): a grid sized in waves of blocks.
+inline int multiprocessor_count() {
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+}
+
 // Opts `kernel` into all the shared memory a block may have on this GPU (227 KB on an H100,
 // 163 KB on an A100, 99 KB on consumer Ampere and Ada, 64 KB on a T4) and returns how many bytes
 // of it are left for dynamic shared memory after the kernel's static arrays. Above 48 KB a
