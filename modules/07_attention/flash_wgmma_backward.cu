@@ -8,9 +8,10 @@
 // flash_wgmma's pipeline. S^T = K Q^T and dP^T = V dO^T are flash_wgmma's S = Q K^T with the roles
 // swapped (the keys are wgmma's M here); P^T and dS^T come out of the accumulators in registers,
 // go to shared memory in bf16 with st.shared, and wgmma reads them only after a proxy fence
-// (fence.proxy.async) and a barrier of the warpgroup: as the A operand of dV += P^T dO and
-// dK += dS^T Q (K-major, queries contiguous), and the same dS^T tile as the transposed (M-major)
-// A operand of dQ = dS K, whose result each consumer adds to dQ in global memory with atomics.
+// (fence.proxy.async) and a barrier of both consumers: as the A operand of dV += P^T dO and
+// dK += dS^T Q (K-major, queries contiguous), and as the transposed (M-major) A operand of
+// dQ = dS K: the consumers take turns at dQ, one summing both consumers' keys, and add it to dQ in
+// global memory with atomics.
 //
 // The instructions come wrapped in hopper_attention.h (and module 05's hopper.h, which it
 // includes), given like the contract.
@@ -55,8 +56,10 @@ constexpr int kConsumerRegisters = 240;
 
 // Shared memory of one block, in bytes from a 1024-byte boundary. Every tile is stored as chunks
 // of 64 columns (128-byte rows, TMA's 128-byte swizzle): the K and V tiles (kBlockN rows), kStages
-// Q and dO tiles (kBlockM rows), and per consumer a P^T and a dS^T tile (its 64 keys x kBlockM
-// queries: one chunk).
+// Q and dO tiles (kBlockM rows), per consumer a P^T tile and two dS^T tiles (its 64 keys x kBlockM
+// queries: one chunk each). dS^T alternates between its two buffers from one query tile to the
+// next: the consumer that computes a tile's dQ reads both consumers' dS^T tiles, and the other
+// consumer may already be writing the next tile's meanwhile.
 template <int kD>
 struct Smem {
     static constexpr int kChunks = kD / kChunkCols;
@@ -66,8 +69,10 @@ struct Smem {
     static constexpr int kK = 0;
     static constexpr int kV = kK + kKVBytes;
     static constexpr int kQ = kV + kKVBytes;               // stage s at kQ + s * 2 * kQBytes
-    static constexpr int kP = kQ + kStages * 2 * kQBytes;  // consumer c at kP + c * 2 * kPBytes
-    static constexpr int kBytes = kP + kConsumers * 2 * kPBytes + 1024;  // + room to align to 1 KB
+    static constexpr int kP = kQ + kStages * 2 * kQBytes;  // consumer c's P^T at kP + c * kPBytes
+    // Buffer b of consumer c's dS^T at kDS + (b * kConsumers + c) * kPBytes.
+    static constexpr int kDS = kP + kConsumers * kPBytes;
+    static constexpr int kBytes = kDS + 2 * kConsumers * kPBytes + 1024;  // + room to align to 1 KB
 };
 
 static_assert(kBlockN == kConsumers * kWgmmaM, "one 64-key wgmma row block per consumer");
@@ -110,8 +115,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     //       are head * T + the tile's first row.
     // TODO: warpgroups 1 and 2 are the consumers (hopper::set_registers_increase<
     //       kConsumerRegisters>()), consumer c owning keys n0 + 64 c .. n0 + 64 c + 63 (rows
-    //       64 c .. of the K and V tiles); dK and dV accumulators (kD / 2 floats each) zeroed.
-    //       Wait for kv_full (parity 0), then per query tile:
+    //       64 c .. of the K and V tiles); c read with __shfl_sync(~0u, threadIdx.x / 128, 0) - 1,
+    //       so that ptxas knows a warp agrees on it (the consumers branch on it around wgmma);
+    //       dK and dV accumulators (kD / 2 floats each) zeroed. Wait for kv_full (parity 0), then
+    //       per query tile i (from 0):
+    //       - load L and D of the tile's 64 queries, two of each per lane (q0 + lane and
+    //         q0 + 32 + lane, clamped to T - 1), before the products: their latency hides under
+    //         them.
     //       - wait for full[stage]; S^T = K Q^T and dP^T = V dO^T in one wgmma group:
     //         hopper::fence_accumulators on both, hopper::wgmma_fence(), one
     //         hopper::wgmma_m64n64k16<0> per k16 step of D for each (both operands K-major:
@@ -120,18 +130,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     //       - P^T = exp2f(S^T * scale * log2(e) - L_query * log2(e)), dS^T = P^T (dP^T - D_query),
     //         0 where the query or the key is past T or (causal) the key is after the query;
     //         accumulator 4 n + i is key row g + 8 (i / 2) of the warp's 16, query 8 n + 2 t + i %
-    //         2 (course::wgmma_d_element).
-    //       - P^T and dS^T (bf16 pairs) to this consumer's two tiles (rows are keys,
-    //         course::swizzled_bf16_offset); hopper::fence_proxy_async(), then
-    //         hopper::named_barrier_sync(1 + c, 128).
+    //         2 (course::wgmma_d_element): its L and D by __shfl_sync from the lane that loaded
+    //         them. No loads and no branches in this loop.
+    //       - P^T (bf16 pairs) to this consumer's P^T tile, dS^T to its dS^T tile of buffer i % 2
+    //         (rows are keys, course::swizzled_bf16_offset); hopper::fence_proxy_async(), then
+    //         hopper::named_barrier_sync(1, 256): both consumers, since dQ reads both dS^T tiles.
     //       - one wgmma group: dV += P^T dO and dK += dS^T Q (A K-major: P^T or dS^T, 32 bytes per
     //         step; B N-major: the stage's dO or Q, wgmma_descriptor_mn_major_128b(tile + 16 * 128
-    //         * step, 64 * 128)), and dQ = dS K (A = the dS^T tile read M-major: the template's
-    //         kTransposeA = 1, wgmma_descriptor_mn_major_128b(ds + 16 * 128 * step, 64 * 128); B
-    //         the consumer's rows of the K tile, N-major, chunks 128 * 128 bytes apart);
-    //         hopper::wgmma_m64n64k16 or wgmma_m64n128k16; commit, wait<0>, fence the three;
-    //         release the stage (hopper::mbarrier_arrive on empty[stage]).
-    //       - atomicAdd scale * dQ (float2 pairs) into global memory for the queries < T.
+    //         * step, 64 * 128)); hopper::wgmma_m64n64k16 or wgmma_m64n128k16; commit.
+    //       - consumer i % 2 alone: a second group, dQ = dS K over the block's 128 keys: for each
+    //         consumer's dS^T tile (A read M-major: the template's kTransposeA = 1,
+    //         wgmma_descriptor_mn_major_128b(ds + 16 * 128 * step, 64 * 128)) times its 64 rows of
+    //         the K tile (B N-major, chunks 128 * 128 bytes apart); commit.
+    //       - wait<0>, fence the accumulators; release the stage (hopper::mbarrier_arrive on
+    //         empty[stage]); consumer i % 2: atomicAdd scale * dQ (float2 pairs) into global
+    //         memory for the queries < T.
     // TODO: write scale * dK and dV for the consumer's keys < T.
 #endif
 }

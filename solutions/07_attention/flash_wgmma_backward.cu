@@ -8,9 +8,11 @@
 // flash_wgmma's pipeline. S^T = K Q^T and dP^T = V dO^T are flash_wgmma's S = Q K^T with the roles
 // swapped (the keys are wgmma's M here); P^T and dS^T come out of the accumulators in registers,
 // go to shared memory in bf16 with st.shared, and wgmma reads them only after a proxy fence
-// (fence.proxy.async) and a barrier of the warpgroup: as the A operand of dV += P^T dO and
-// dK += dS^T Q (K-major, queries contiguous), and the same dS^T tile as the transposed (M-major)
-// A operand of dQ = dS K, whose result each consumer adds to dQ in global memory with atomics.
+// (fence.proxy.async) and a barrier of both consumers: as the A operand of dV += P^T dO and
+// dK += dS^T Q (K-major, queries contiguous), and as the transposed (M-major) A operand of
+// dQ = dS K: the consumers take turns at dQ, one summing both consumers' keys, and add it to dQ in
+// global memory with atomics. Why so (a first version ran at a fifth of cuDNN's speed): notes
+// section 8 and dev/tuning/07_attention.md.
 //
 // The instructions come wrapped in hopper_attention.h (and module 05's hopper.h, which it
 // includes), given like the contract.
@@ -49,8 +51,10 @@ constexpr int kConsumerRegisters = 240;
 
 // Shared memory of one block, in bytes from a 1024-byte boundary. Every tile is stored as chunks
 // of 64 columns (128-byte rows, TMA's 128-byte swizzle): the K and V tiles (kBlockN rows), kStages
-// Q and dO tiles (kBlockM rows), and per consumer a P^T and a dS^T tile (its 64 keys x kBlockM
-// queries: one chunk).
+// Q and dO tiles (kBlockM rows), per consumer a P^T tile and two dS^T tiles (its 64 keys x kBlockM
+// queries: one chunk each). dS^T alternates between its two buffers from one query tile to the
+// next: the consumer that computes a tile's dQ reads both consumers' dS^T tiles, and the other
+// consumer may already be writing the next tile's meanwhile.
 template <int kD>
 struct Smem {
     static constexpr int kChunks = kD / kChunkCols;
@@ -60,8 +64,10 @@ struct Smem {
     static constexpr int kK = 0;
     static constexpr int kV = kK + kKVBytes;
     static constexpr int kQ = kV + kKVBytes;               // stage s at kQ + s * 2 * kQBytes
-    static constexpr int kP = kQ + kStages * 2 * kQBytes;  // consumer c at kP + c * 2 * kPBytes
-    static constexpr int kBytes = kP + kConsumers * 2 * kPBytes + 1024;  // + room to align to 1 KB
+    static constexpr int kP = kQ + kStages * 2 * kQBytes;  // consumer c's P^T at kP + c * kPBytes
+    // Buffer b of consumer c's dS^T at kDS + (b * kConsumers + c) * kPBytes.
+    static constexpr int kDS = kP + kConsumers * kPBytes;
+    static constexpr int kBytes = kDS + 2 * kConsumers * kPBytes + 1024;  // + room to align to 1 KB
 };
 
 static_assert(kBlockN == kConsumers * kWgmmaM, "one 64-key wgmma row block per consumer");
@@ -214,18 +220,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 16 w .. 16 w + 15: accumulator 4 n + i is row g (i = 0, 1) or g + 8 (i = 2, 3), column
     // 8 n + 2 t + i % 2. For S^T and dP^T a row is a key and a column a query; for dK and dV a row
     // is a key and a column a d; for dQ a row is a query and a column a d.
-    const int consumer = warpgroup - 1;
+    // Read from lane 0, so that ptxas sees the value is the same in every lane: the consumers
+    // branch on it around wgmma (whose turn at dQ), which a warpgroup must take as one. (With
+    // threadIdx.x / 128 itself, ptxas assumes the branch may diverge and serializes every wgmma,
+    // warning C7520; CUTLASS reads its warpgroup index so too.)
+    const int consumer = __shfl_sync(0xffffffffu, warpgroup, 0) - 1;
     const int thread = threadIdx.x % kWarpgroupThreads;
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
     const int key0 = n0 + consumer * kWgmmaM;  // this consumer's first key
-    const std::uint32_t k_rows =
-        hopper::shared_address(smem + S::kK) + consumer * kWgmmaM * course::kSwizzleRowBytes;
+    const std::uint32_t k_address = hopper::shared_address(smem + S::kK);
+    const std::uint32_t k_rows = k_address + consumer * kWgmmaM * course::kSwizzleRowBytes;
     const std::uint32_t v_rows =
         hopper::shared_address(smem + S::kV) + consumer * kWgmmaM * course::kSwizzleRowBytes;
-    auto* p_tile = reinterpret_cast<__nv_bfloat16*>(smem + S::kP + consumer * 2 * S::kPBytes);
-    __nv_bfloat16* ds_tile = p_tile + kWgmmaM * kBlockM;
+    auto* p_tile = reinterpret_cast<__nv_bfloat16*>(smem + S::kP + consumer * S::kPBytes);
     const std::uint32_t p_address = hopper::shared_address(p_tile);
-    const std::uint32_t ds_address = hopper::shared_address(ds_tile);
+    const auto ds_tile = [&](int buffer, int c) {  // consumer c's dS^T in buffer `buffer`
+        return smem + S::kDS + (buffer * kConsumers + c) * S::kPBytes;
+    };
     L += static_cast<long long>(head) * T;
     delta += static_cast<long long>(head) * T;
     dQ += static_cast<long long>(head) * T * kD;
@@ -237,6 +248,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::mbarrier_wait(&kv_full, 0);
     for (int tile = first_tile; tile < query_tiles; ++tile) {
         const int i = tile - first_tile, stage = i % kStages, q0 = tile * kBlockM;
+        const int buffer = i % 2;                         // this tile's dS^T buffers
+        const bool dq_here = i % kConsumers == consumer;  // whose turn at dQ
+        // L (times log2 e) and D of the tile's 64 queries, two of each per lane (queries
+        // q0 + lane and q0 + 32 + lane): loaded before the products so that their latency hides
+        // under them, and unconditionally (a query past T reads row T - 1's, masked below), so
+        // that the elementwise code is straight-line. A thread's 16 queries come from the lanes
+        // that loaded them by shuffles: 4 registers live across the products instead of 32.
+        float lane_l[2], lane_d[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int query = min(q0 + 32 * h + lane, T - 1);
+            lane_l[h] = L[query] * kLog2e;
+            lane_d[h] = delta[query];
+        }
         hopper::mbarrier_wait(&full[stage], i / kStages % 2);  // Q and dO have landed
         const std::uint32_t q_address = hopper::shared_address(q_tile(stage));
         const std::uint32_t do_address = hopper::shared_address(do_tile(stage));
@@ -262,15 +287,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int r = 0; r < kScores; ++r) {
             const int key = key0 + warp * 16 + g + 8 * (r % 4 / 2);
-            const int query = q0 + 8 * (r / 4) + 2 * t + r % 2;
+            const int column = 8 * (r / 4) + 2 * t + r % 2, query = q0 + column;
+            const float l_i = __shfl_sync(0xffffffffu, lane_l[column / 32], column % 32);
+            const float d_i = __shfl_sync(0xffffffffu, lane_d[column / 32], column % 32);
             const bool visible = !edge || (query < T && key < T && !(causal && key > query));
-            s[r] = visible ? exp2f(fmaf(s[r], scale_log2, -L[query] * kLog2e)) : 0.0f;
-            dp[r] = visible ? s[r] * (dp[r] - delta[query]) : 0.0f;
+            const float p = exp2f(fmaf(s[r], scale_log2, -l_i));  // for all: no branches
+            s[r] = visible ? p : 0.0f;
+            dp[r] = visible ? p * (dp[r] - d_i) : 0.0f;
         }
 
         // P^T and dS^T to this consumer's tiles in bf16, laid out as TMA lays out a K-major tile
         // (128-byte rows of 64 queries, swizzled): a row is a key. Each store is a pair of
         // queries; the 8 rows of a store's lanes land in 8 different 16-byte chunks.
+        auto* ds = reinterpret_cast<__nv_bfloat16*>(ds_tile(buffer, consumer));
 #pragma unroll
         for (int n = 0; n < kBlockM / 8; ++n)
 #pragma unroll
@@ -279,40 +308,60 @@ __global__ void __launch_bounds__(kThreads, 1)
                     course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t);
                 *reinterpret_cast<__nv_bfloat162*>(p_tile + offset) =
                     __floats2bfloat162_rn(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]);
-                *reinterpret_cast<__nv_bfloat162*>(ds_tile + offset) =
+                *reinterpret_cast<__nv_bfloat162*>(ds + offset) =
                     __floats2bfloat162_rn(dp[4 * n + 2 * h], dp[4 * n + 2 * h + 1]);
             }
         // wgmma reads shared memory through the async proxy: this thread's stores must be made
-        // visible to it, then every warp of the warpgroup must be done storing.
+        // visible to it, then every warp of both consumers must be done storing (the consumer at
+        // dQ reads the other's dS^T too). The other buffer is free: both consumers passed this
+        // barrier only after waiting for the previous tile's products.
         hopper::fence_proxy_async();
-        hopper::named_barrier_sync(1 + consumer, kWarpgroupThreads);
+        hopper::named_barrier_sync(1, kConsumers * kWarpgroupThreads);
 
         // dV += P^T dO and dK += dS^T Q (A K-major: a k16 step is 16 queries, 32 bytes into the
-        // rows; B the stage's tile read N-major), and this consumer's share of dQ = dS K (A the
-        // same dS^T tile read M-major: a k16 step is 16 keys, 16 rows; B its 64 rows of the K
-        // tile), one wgmma group.
-        float dq[kD / 2];
+        // rows; B the stage's tile read N-major), one wgmma group.
         hopper::fence_accumulators(dv);
         hopper::fence_accumulators(dk);
-        hopper::fence_accumulators(dq);
         hopper::wgmma_fence();
+        const std::uint32_t ds_address = hopper::shared_address(ds);
         issue_tile_times_rows<kD, 0>(dv, p_address, do_address, kBlockM * 128, true);
         issue_tile_times_rows<kD, 0>(dk, ds_address, q_address, kBlockM * 128, true);
-        issue_tile_times_rows<kD, 1>(dq, ds_address, k_rows, kBlockN * 128, false);
         hopper::wgmma_commit();
-        // Waiting here keeps the accumulators out of the loop's register moves while wgmma
-        // writes them (ptxas would otherwise serialize every wgmma of the kernel); the other
-        // consumer's products fill the SM meanwhile. Then the stage's Q and dO, and the P^T and
-        // dS^T tiles, are free again.
+        // Waiting (below) before the loop goes on keeps the accumulators out of the loop's
+        // register moves while wgmma writes them (ptxas would otherwise serialize every wgmma of
+        // the kernel); the other consumer's products fill the SM meanwhile. Then the stage's Q
+        // and dO, and the P^T tile, are free again.
+        if (!dq_here) {  // the other consumer's turn at dQ
+            hopper::wgmma_wait<0>();
+            hopper::fence_accumulators(dv);
+            hopper::fence_accumulators(dk);
+            hopper::mbarrier_arrive(&empty[stage]);
+            continue;
+        }
+        // dQ = dS K over the block's 128 keys, at one consumer of the two (taking turns), in a
+        // second group: per consumer c, A its dS^T tile read M-major (a k16 step is 16 keys, 16
+        // rows) and B its 64 rows of the K tile. Summing both consumers' keys in the
+        // accumulators, not in global memory, halves dQ's atomics: each dQ element goes out once
+        // per block and query tile, not twice. (The group of dV and dK is closed first: a group
+        // that only one side of the branch extends makes ptxas inject instructions, C7519.)
+        float dq[kD / 2];
+        hopper::fence_accumulators(dq);
+        hopper::wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < kConsumers; ++c)
+            issue_tile_times_rows<kD, 1>(dq, hopper::shared_address(ds_tile(buffer, c)),
+                                         k_address + c * kWgmmaM * course::kSwizzleRowBytes,
+                                         kBlockN * 128, c > 0);
+        hopper::wgmma_commit();
         hopper::wgmma_wait<0>();
         hopper::fence_accumulators(dv);
         hopper::fence_accumulators(dk);
         hopper::fence_accumulators(dq);
         hopper::mbarrier_arrive(&empty[stage]);
 
-        // The other consumer, and the blocks of the other key tiles, add to the same dQ rows at
-        // the same time: atomics (float2: two neighbouring d in one instruction, sm_90), into a
-        // dQ zeroed before the kernel.
+        // The blocks of the other key tiles add to the same dQ rows at the same time: atomics
+        // (float2: two neighbouring d in one instruction, sm_90), into a dQ zeroed before the
+        // kernel.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int query = q0 + warp * 16 + g + 8 * h;

@@ -71,7 +71,8 @@ inline std::string backward_diagnosis(const BackwardProblem& p, const Gradients&
                "and the blocks that own those tiles add to the same dQ rows at the same time: "
                "accumulate with atomicAdd (into a dQ zeroed first), not a plain +=; and over the "
                "keys j < T only: a tile that runs past T holds other rows there (the next head's, "
-               "where a TMA box runs on), whose dS must be 0";
+               "where a TMA box runs on), whose dS must be 0; and where one warpgroup's dQ "
+               "product reads another's dS tile, only after a barrier of both orders its stores";
     if (!dV_ok)
         return "dV is wrong: dV_j = sum_i P_ij dO_i with P_ij = exp(scale q_i . k_j - L_i) "
                "recomputed from the saved L; check P (the mask, L) and the query tiles visited";
