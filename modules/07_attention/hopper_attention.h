@@ -1,10 +1,10 @@
-// The Hopper instructions of 07_attention/flash_wgmma beyond module 05's hopper.h (which this
-// header includes: mbarriers, TMA, the wgmma fences and groups, setmaxnreg, the tensor map):
-// wgmma of the two shapes attention needs, B read K-major (K in S = Q K^T) or N-major (V in
-// O += P V), and the proxy fence a tile written by the threads needs before wgmma reads it (the
-// barrier of one warpgroup is hopper.h's). Read-only, like the contract; notes/07_attention.md
-// explains each.
-// sm_90a only: call them from code compiled only there (#if defined(__CUDA_ARCH_FEAT_SM90_ALL)).
+// The Hopper instructions of 07_attention/flash_wgmma and flash_wgmma_backward beyond module 05's
+// hopper.h (which this header includes: mbarriers, TMA, the wgmma fences and groups, setmaxnreg,
+// the tensor map): wgmma of the two shapes attention needs, B read K-major (K in S = Q K^T) or
+// N-major (V in O += P V), A K-major or M-major (dS^T in the backward's dQ = dS K), and the proxy
+// fence a tile written by the threads needs before wgmma reads it (the barrier of one warpgroup is
+// hopper.h's). Read-only, like the contract; notes/07_attention.md explains each. sm_90a only: call
+// them from code compiled only there (#if defined(__CUDA_ARCH_FEAT_SM90_ALL)).
 #pragma once
 
 #include <cstdint>
@@ -28,12 +28,13 @@ __device__ inline void fence_accumulators(float (&d)[kCount]) {
 }
 
 // The operands after the descriptors, as in hopper.h: scale-d (accumulate), the scales of A and B
-// (1), the transpose of A (0: K-major) and of B (kTransposeB: 0 K-major, stored N x K; 1 N-major,
-// stored K x N, as V is [key][d]).
-// d (+)= A B for a 64 x 16 A (K-major) and a 16 x 64 B (K-major, or N-major with kTransposeB),
-// both bf16 in shared memory, described by their descriptors, into this warpgroup's 64 x 64
-// float32 accumulators, 32 per thread (course::wgmma_d_element says which).
-template <int kTransposeB>
+// (1), the transpose of A (kTransposeA: 0 K-major, stored M x K; 1 M-major, stored K x M, as the
+// backward's dS^T tile is [key][query] when dQ = dS K reads it) and of B (kTransposeB: 0 K-major,
+// stored N x K; 1 N-major, stored K x N, as V is [key][d]).
+// d (+)= A B for a 64 x 16 A (K-major, or M-major with kTransposeA) and a 16 x 64 B (K-major, or
+// N-major with kTransposeB), both bf16 in shared memory, described by their descriptors, into this
+// warpgroup's 64 x 64 float32 accumulators, 32 per thread (course::wgmma_d_element says which).
+template <int kTransposeB, int kTransposeA = 0>
 __device__ inline void wgmma_m64n64k16(float (&d)[32], std::uint64_t a_descriptor,
                                        std::uint64_t b_descriptor, bool accumulate) {
     asm volatile(
@@ -45,20 +46,21 @@ __device__ inline void wgmma_m64n64k16(float (&d)[32], std::uint64_t a_descripto
         "%8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, "
         "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, accumulate, 1, 1, 0, %35;\n"
+        "}, %32, %33, accumulate, 1, 1, %36, %35;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
           "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
           "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate ? 1 : 0), "n"(kTransposeB));
+        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate ? 1 : 0), "n"(kTransposeB),
+          "n"(kTransposeA));
 }
 
-// d (+)= A B for a 64 x 16 A (K-major) and a 16 x 128 B (K-major, or N-major with kTransposeB),
-// both bf16 in shared memory, described by their descriptors, into this warpgroup's 64 x 128
-// float32 accumulators, 64 per thread (course::wgmma_d_element says which).
-template <int kTransposeB>
+// d (+)= A B for a 64 x 16 A (K-major, or M-major with kTransposeA) and a 16 x 128 B (K-major, or
+// N-major with kTransposeB), both bf16 in shared memory, described by their descriptors, into this
+// warpgroup's 64 x 128 float32 accumulators, 64 per thread (course::wgmma_d_element says which).
+template <int kTransposeB, int kTransposeA = 0>
 __device__ inline void wgmma_m64n128k16(float (&d)[64], std::uint64_t a_descriptor,
                                         std::uint64_t b_descriptor, bool accumulate) {
     asm volatile(
@@ -74,7 +76,7 @@ __device__ inline void wgmma_m64n128k16(float (&d)[64], std::uint64_t a_descript
         "%40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, "
         "%56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, accumulate, 1, 1, 0, %67;\n"
+        "}, %64, %65, accumulate, 1, 1, %68, %67;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
@@ -86,7 +88,8 @@ __device__ inline void wgmma_m64n128k16(float (&d)[64], std::uint64_t a_descript
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
           "+f"(d[63])
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate ? 1 : 0), "n"(kTransposeB));
+        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate ? 1 : 0), "n"(kTransposeB),
+          "n"(kTransposeA));
 }
 
 }  // namespace hopper

@@ -1,0 +1,109 @@
+// Checker of 07_attention/flash_wgmma_backward: flash_backward's cases and checks
+// (backward_checks.h) on Hopper's path. bf16 Q, K, V, dO (random, rounded to bf16), O and L from
+// the reference forward (O rounded likewise), T around the tile sizes (1, 17, 63, 64, 65, 1000,
+// 4096: a single key, partial Q/dO and K/V tiles whose TMA boxes run into the next head's rows),
+// D 64 and 128, causal and not, B and H not 1: dQ, dK and dV against the double CPU reference
+// backward (the float32 GPU reference of common/ at T = 4096). Each case runs twice: dK and dV
+// must come out with the same bits (a stage read before its copies landed, or a P^T or dS^T tile
+// read before every warp stored it, shows as a race; dQ may differ: atomics add in any order).
+// 65535 heads; scores of tens; one head long enough that its T x T scores would not fit in this
+// GPU's memory, even in bf16, sampled rows checked. Then the FLOP rate at B 4, H 16, T 4096, D 64
+// and 128, causal and not, next to cuDNN's fused backward (else cuBLAS's materialized one), in
+// bf16, timed in the same run.
+// Skips on any GPU but compute capability 9.0 (wgmma, TMA and setmaxnreg exist in sm_90a code
+// only), where this build's device code is not sm_90a, and in a tree that also builds for sm_75
+// (its tensor-core inputs are fp16: course/tensor_element.h; this contract is bf16).
+#include "backward_checks.h"
+#include "flash_wgmma_backward.h"
+
+namespace {
+
+using namespace attention_checks;
+
+// A kernel of this file, whose device code is built with the exercise's flags (sm_90a in a tree
+// built for Hopper: cmake/Course.cmake).
+__global__ void build_probe_kernel() {}
+
+class FlashWgmmaBackward : public course::GpuTest {
+  protected:
+    void SetUp() override {
+        const course::GpuInfo& g = course::gpu();
+        if (g.available && g.sm != 90) {
+            skip("needs a Hopper GPU (sm_90a: wgmma, TMA, setmaxnreg); " + g.name + " is " +
+                 std::to_string(g.sm / 10) + "." + std::to_string(g.sm % 10));
+            return;
+        }
+        course::GpuTest::SetUp();
+        if (IsSkipped()) return;
+        // A tree built for the GPU builds this exercise for sm_90a (cmake/Course.cmake); one built
+        // for an older architecture runs PTX without the Hopper instructions.
+        const int built = course::compiled_arch(build_probe_kernel);
+        if (built != 90 || course::kFp16TensorCores)
+            skip("needs device code for sm_90a (wgmma, TMA): this build is for sm_" +
+                 std::to_string(built) + (course::kFp16TensorCores ? ", in fp16" : "") +
+                 ": rebuild the grader's tree for this GPU (cmake build/<tree> "
+                 "-DCMAKE_CUDA_ARCHITECTURES=90)");
+    }
+
+  private:
+    void skip(const std::string& reason) {
+        RecordProperty("skip_reason", reason);
+        GTEST_SKIP() << reason;
+    }
+};
+
+const BackwardRun kFlashWgmmaBackward = [](const BackwardProblem& p, F32& dQ, F32& dK, F32& dV) {
+    const auto& s = p.c.shape;
+    flash_wgmma_backward(course::as_bf16(p.dQ_in), course::as_bf16(p.dK_in),
+                         course::as_bf16(p.dV_in), course::as_bf16(p.d_O), course::as_bf16(p.d_dO),
+                         p.d_L.data(), dQ.data(), dK.data(), dV.data(), static_cast<int>(s.batch),
+                         static_cast<int>(s.heads), static_cast<int>(s.T), static_cast<int>(s.D),
+                         p.c.scale(), p.c.causal);
+};
+
+TEST_F(FlashWgmmaBackward, EdgeShapes) {
+    auto rng = test_rng();
+    backward_edge_shapes(kFlashWgmmaBackward, rng);
+}
+
+TEST_F(FlashWgmmaBackward, LongSequence) {
+    auto rng = test_rng();
+    backward_long_sequence(kFlashWgmmaBackward, rng);
+}
+
+TEST_F(FlashWgmmaBackward, MostHeads) {
+    auto rng = test_rng();
+    backward_most_heads(kFlashWgmmaBackward, rng);
+}
+
+TEST_F(FlashWgmmaBackward, LargeScores) {
+    auto rng = test_rng();
+    backward_large_scores(kFlashWgmmaBackward, rng);
+}
+
+// One head whose T x T scores would not fit in this GPU's memory even in bf16 (T about 200000
+// on an 80 GB GPU): a kernel that keeps P or dS in a scratch buffer cannot allocate it.
+TEST_F(FlashWgmmaBackward, NoScoresBuffer) {
+    ATTENTION_SKIP_UNDER_SANITIZER("one head of T ~ 200k");
+    auto rng = test_rng();
+    backward_no_scores_buffer(kFlashWgmmaBackward, rng);
+}
+
+TEST_F(FlashWgmmaBackward, RateD64) {
+    auto rng = test_rng();
+    rate_backward(kFlashWgmmaBackward, 64, false, rng);
+}
+TEST_F(FlashWgmmaBackward, RateD64Causal) {
+    auto rng = test_rng();
+    rate_backward(kFlashWgmmaBackward, 64, true, rng);
+}
+TEST_F(FlashWgmmaBackward, RateD128) {
+    auto rng = test_rng();
+    rate_backward(kFlashWgmmaBackward, 128, false, rng);
+}
+TEST_F(FlashWgmmaBackward, RateD128Causal) {
+    auto rng = test_rng();
+    rate_backward(kFlashWgmmaBackward, 128, true, rng);
+}
+
+}  // namespace
