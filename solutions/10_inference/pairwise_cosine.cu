@@ -57,8 +57,10 @@ __global__ void inverse_norms_kernel(const __nv_bfloat16* X, float* inverse, int
 }
 
 // Copies rows row0 .. row0 + kTile - 1, columns k0 .. k0 + kBK - 1 of X into a swizzled tile; a
-// row past N is zero-filled (its source, never read, is X itself). Offsets in int: N D <= 2^25,
-// and 64-bit ones cost the registers that the accumulators need (a spill at 128 per thread).
+// row past N is zero-filled (its source, never read, is X itself). Offsets in int, N D <= 2^25,
+// and the choice made on the offset, not on the pointer: the compiler keeps each chunk's source
+// live across the main loop, and 8 pointers of 64 bits took the registers that the accumulators
+// need (128 per thread for 2 blocks per SM: 24 bytes spilled).
 __device__ void load_tile_async(__nv_bfloat16* tile, const __nv_bfloat16* X, int N, int D, int row0,
                                 int k0) {
 #pragma unroll
@@ -67,7 +69,7 @@ __device__ void load_tile_async(__nv_bfloat16* tile, const __nv_bfloat16* X, int
         const int r = i / kChunksPerRow, c = i % kChunksPerRow;
         const bool inside = row0 + r < N;
         tc::cp_async_16(tile + tc::swizzled<kBK>(r, c * kChunk),
-                        inside ? X + (row0 + r) * D + k0 + c * kChunk : X, inside);
+                        X + (inside ? (row0 + r) * D + k0 + c * kChunk : 0), inside);
     }
 }
 
