@@ -66,7 +66,7 @@ target_link_libraries(course_emu_harness PUBLIC course_harness_host GTest::gtest
 
 # One exercise, called by course_exercise for the emulated variant.
 function(course_emulated_exercise)
-  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;FAST_SOLUTION" "" ${ARGN})
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;FAST_SOLUTION;FAST_ARCH" "" ${ARGN})
   if(NOT EX_MODULE IN_LIST COURSE_EMULATED_MODULES)
     return()
   endif()
@@ -87,7 +87,9 @@ function(course_emulated_exercise)
   emu_translate(checker_source "${module_dir}/${EX_CHECKER}")
   set(readable "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
   set(references emulated "${EX_FILE}")
-  if(EX_FAST_SOLUTION)
+  # A fast reference whose own path is sm_90a's (FAST_ARCH: TMA and wgmma) would run its readable
+  # solution's path here, which the emulated readable solution already runs: none.
+  if(EX_FAST_SOLUTION AND NOT EX_FAST_ARCH)
     list(APPEND references emulated_fast "${EX_FAST_SOLUTION}")
   endif()
   while(references)
