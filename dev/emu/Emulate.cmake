@@ -2,7 +2,7 @@
 # host compiler against the CUDA runtime of shadow/ (emu.h runs the kernels), as the target
 # <module>.<id>.emulated in bin/ and the CTest test of that name (label emulated); where the
 # exercise has a fast reference, that one too, as <module>.<id>.emulated_fast (CTest only: the
-# grader's --emulate grades the readable solutions). The checkers' timing cases skip there: the
+# grader's --emulate grades the readable solutions), unless its own path is sm_90a's (fast_arch). The checkers' timing cases skip there: the
 # emulated GPU reports 512 MB free; so do the cases a checker marks COURSE_SKIP_ON_EMULATOR.
 # COURSE_EMULATED_MODULES names the modules the emulator can run: not those whose kernels use TMA,
 # wgmma or inline PTX of their own (dev/README.md); module 07's tensor-core instructions are
