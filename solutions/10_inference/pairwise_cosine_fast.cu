@@ -9,10 +9,19 @@
 // one block per SM walking its units of work with a stride of the grid, so that the producer runs
 // on into the next unit's copies while the consumers write the last one's distances. A unit is a
 // 128 x 256 tile (wgmma_gemm's): the triangle is walked in squares of 256 x 256, i <= j, each
-// square two units, its upper and its lower 128 rows. The epilogue is the readable one's:
-// d = 1 - dot * inverse[i] * inverse[j] where i < j < N, stored into the packed triangle and
-// summed; the consumers' sums meet once per block, one atomic each. Where the GPU is not a Hopper
-// (compute capability 9.0) or this build has no sm_90a code, the readable solution runs.
+// square two units, its upper and its lower 128 rows. The epilogue computes the readable one's
+// d = 1 - dot * inverse[i] * inverse[j], and stores it as wgmma_gemm_fast's epilogue stores C:
+// through shared memory, each warp staging its 16 rows 64 columns at a time and reading them back
+// by rows, so that its stores are whole 16-byte vectors, each half warp one row's 256 contiguous
+// bytes. A row of the packed triangle is a contiguous run (row i holds j = i + 1 .. N - 1), but
+// it starts wherever row i - 1 ended: the staging rotates each row by its run's offset from a
+// 16-byte boundary, so that every 16 bytes read back land on one; only the unit that wraps around
+// (a group the next chunk finishes) and the pairs at the diagonal and at N are stored float by
+// float. (Stored straight from the accumulators instead, 128 scattered 4-byte stores per thread
+// and tile, each warp's store half of 8 sectors, this kernel ran at 32.2% of cuBLAS's rate at
+// N 8192 on an H100, slower than the readable solution.) The sums meet once per block, one atomic
+// each. Where the GPU is not a Hopper (compute capability 9.0) or this build has no sm_90a code,
+// the readable solution runs.
 //
 // Run:  grader run 10/pairwise_cosine --solutions      (the "pairwise_cosine (fast)" row)
 // Contract: pairwise_cosine.h   Instructions: ../05_gemm_advanced/hopper.h
@@ -49,7 +58,20 @@ constexpr int kAccumulators = kWgmmaM * kBN / kWarpgroupThreads;  // floats per 
 constexpr int kATileBytes = kBM * kBK * 2;
 constexpr int kBTileBytes = kBN * kBK * 2;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kSharedBytes = kStages * kStageBytes + 1024;  // + room to align the stages to 1 KB
+// The epilogue's staging (wgmma_gemm_fast's): each consumer warp owns kWarpRows rows of its
+// consumer's 64 and stages them kChunkColumns columns (kChunkRegisters accumulators per thread)
+// at a time, then reads them back 4 columns (16 bytes) per thread.
+constexpr int kWarpRows = 16;  // a warp's rows of the wgmma D layout
+constexpr int kChunkColumns = 64;
+constexpr int kChunkRegisters = kAccumulators * kChunkColumns / kBN;
+constexpr int kStagingFloats = kWarpRows * kChunkColumns;  // per warp
+constexpr int kStagingBytes = kConsumerThreads / 32 * kStagingFloats * 4;
+// The stages, then the staging, + room to align the stages to 1 KB.
+constexpr int kSharedBytes = kStages * kStageBytes + kStagingBytes + 1024;
+// The static shared memory beside them: the barriers and the warps' sums (96 bytes), which ptxas
+// rounds up to 1024 so that the dynamic region starts on 1024 bytes, as shared_raw's __align__
+// asks (wgmma_gemm_fast.cu).
+constexpr int kStaticSharedBytes = 1024;
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 
@@ -62,6 +84,13 @@ static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0,
 static_assert(kAccumulators == 128, "hopper::wgmma_m64n256k16 has 128 accumulators per thread");
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
               "the register file holds the split");
+static_assert(kSharedBytes + kStaticSharedBytes <= 227 * 1024,
+              "the stages and the staging fit the 227 KB an H100 block may opt into");
+static_assert(kWarpRows * (kWarpgroupThreads / 32) == kWgmmaM && kBN % kChunkColumns == 0 &&
+                  kChunkRegisters * (kBN / kChunkColumns) == kAccumulators,
+              "each warp of a consumer stages its own 16 rows, chunk after chunk");
+static_assert(kChunkColumns / 4 == 16 && kWarpRows % 2 == 0,
+              "a half warp reads back one row's 16 units of 4 floats, the two halves two rows");
 
 // A unit of work: the kBM x kBN tile of X X^T at (row0, col0); `empty` where its rows start past
 // N (the lower half of the last square, where N - 256 si <= 128), which no role copies or computes.
@@ -99,22 +128,91 @@ __device__ void issue_stage(float (&acc)[kAccumulators], const unsigned char* a_
     hopper::wgmma_commit();
 }
 
+// Where row `row`'s run of the packed triangle would hold column 0: triangle_index(row, col, N)
+// is run_origin(row, N) + col for every col > row (row 0's origin is -1). In int: the triangle has
+// 33.5M places at N 8192, and the rows reach N + 127.
+__device__ int run_origin(int row, int N) { return row * N - row * (row + 1) / 2 - row - 1; }
+
+// How many floats row `row`'s run is past a 16-byte boundary at column 0, and so at the first
+// column of every chunk (chunks start at multiples of 64 columns): the distances are 16-byte
+// aligned (the contract), so the boundaries fall on columns 4 k - shift.
+__device__ int run_shift(int row, int N) { return run_origin(row, N) & 3; }
+
+// Where position `position` of row `row` of a warp's staged chunk lies: rows of kChunkColumns
+// floats, their 16-byte units XORed with a pattern of the row (wgmma_gemm_fast's swizzle, which
+// keeps the read-back's 16-byte loads free of bank conflicts: a quarter warp reads 8 units of one
+// row, 8 different units). Column c of the chunk's row is staged at position (c + shift) % 64, the
+// row's columns rotated by its run's shift: position 4 u then holds a column on a 16-byte boundary
+// of the output (positions 0 .. shift - 1 hold the chunk's last columns, the start of a group
+// that the next chunk finishes).
+__device__ int staged(int row, int position) {
+    const int pattern = row % 4 * 2 + row / 4 % 2;
+    return row * kChunkColumns + ((position / 4) ^ pattern) * 4 + position % 4;
+}
+
 // A consumer's 64 x 256 dot products of `unit`, normalized, into the packed triangle where
-// row < col < N; returns the sum of the distances it wrote. Register reg holds the product at
-// course::wgmma_d_element(thread, reg): two rows per thread, neighbouring columns in pairs.
+// row < col < N; returns the sum of the distances it wrote. Each warp holds 16 of the rows (the
+// wgmma D layout: register reg is the product at course::wgmma_d_element(thread, reg)) and writes
+// them a chunk of kChunkColumns columns at a time: the distances into its own `staging` (no other
+// warp reads it: a __syncwarp orders the writes and the reads), read back by rows, 4 columns per
+// thread: a half warp is one row's 64 columns, 16 16-byte stores into its contiguous run.
 __device__ float store_distances(const float (&acc)[kAccumulators], const float* inverse,
                                  float* distances, int N, const Unit& unit, int consumer,
-                                 int thread) {
-    float sum = 0.0f;
+                                 int thread, float* staging) {
+    const int warp = thread / 32, lane = thread % 32;
+    float* const mine = staging + (consumer * (kWarpgroupThreads / 32) + warp) * kStagingFloats;
+    const int first_row = unit.row0 + consumer * kWgmmaM + warp * kWarpRows;
+    // The thread's two rows (registers 4 k + {0, 1} and 4 k + {2, 3}): their norms, loaded once.
+    // Rows and columns past N (the last square's) read row N - 1's: those are never stored.
+    float inverse_row[2];
 #pragma unroll
-    for (int reg = 0; reg < kAccumulators; ++reg) {
-        const course::Coord e = course::wgmma_d_element(thread, reg);
-        const int row = unit.row0 + consumer * kWgmmaM + e.row, col = unit.col0 + e.col;
-        if (row < col && col < N) {
-            const float d = 1.0f - acc[reg] * inverse[row] * inverse[col];
-            distances[triangle_index(row, col, N)] = d;
-            sum += d;
+    for (int h = 0; h < 2; ++h) {
+        const int r = course::wgmma_d_element(thread, 2 * h).row % kWarpRows;
+        inverse_row[h] = inverse[min(first_row + r, N - 1)];
+    }
+    const int unit_of_lane = lane % 16;  // the 16-byte unit of its rows this lane reads back
+    float sum = 0.0f;
+#pragma unroll 1
+    for (int chunk = 0; chunk < kBN / kChunkColumns; ++chunk) {
+        // Registers need constant indices: every store is unrolled, the chunk's are taken.
+#pragma unroll
+        for (int reg = 0; reg < kAccumulators; ++reg) {
+            if (reg / kChunkRegisters != chunk) continue;
+            const course::Coord e = course::wgmma_d_element(thread, reg);
+            const int r = e.row % kWarpRows;
+            mine[staged(r, (e.col + run_shift(first_row + r, N)) % kChunkColumns)] =
+                1.0f - acc[reg] * inverse_row[reg % 4 / 2] * inverse[min(unit.col0 + e.col, N - 1)];
         }
+        __syncwarp();
+        const int chunk_col = unit.col0 + chunk * kChunkColumns;
+#pragma unroll
+        for (int r = lane / 16; r < kWarpRows; r += 2) {
+            const int row = first_row + r;
+            const int origin = run_origin(row, N) + chunk_col;  // the chunk's column 0's place
+            const int shift = run_shift(row, N);
+            const float4 v = *reinterpret_cast<const float4*>(mine + staged(r, 4 * unit_of_lane));
+            // Position 4 u holds column 4 u - shift of the chunk, at a place on a 16-byte
+            // boundary; unit 0 wraps: its positions below shift hold the chunk's last columns.
+            // The stores are __stcs (evict first): the 134 MB of distances are never read again,
+            // and X's lines should stay in L2 for the other SMs' copies. (It also keeps the float4
+            // one 16-byte store: nvcc split a float4 assignment here into 4 scalar ones.)
+            const int first = 4 * unit_of_lane - shift;
+            if (first >= 0 && row < chunk_col + first && chunk_col + first + 3 < N) {
+                __stcs(reinterpret_cast<float4*>(distances + origin + first), v);
+                sum += (v.x + v.y) + (v.z + v.w);
+            } else {
+                const float d[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int c = first + k < 0 ? first + k + kChunkColumns : first + k;
+                    if (row < chunk_col + c && chunk_col + c < N) {
+                        __stcs(distances + origin + c, d[k]);
+                        sum += d[k];
+                    }
+                }
+            }
+        }
+        __syncwarp();  // read back before the next chunk is staged over it
     }
     return sum;
 }
@@ -198,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             hopper::wgmma_wait<0>();
             hopper::fence_accumulators(acc);
             hopper::mbarrier_arrive(&empty[(load - 1) % kStages]);
-            sum += store_distances(acc, inverse, distances, N, unit, consumer, thread);
+            sum += store_distances(acc, inverse, distances, N, unit, consumer, thread,
+                                   reinterpret_cast<float*>(stages + kStages * kStageBytes));
         }
 
         // The mean: a warp sum, the consumer warps' sums through shared memory, one atomic per
