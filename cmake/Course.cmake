@@ -131,13 +131,16 @@ endfunction()
 # (solution) and/or the fast reference (fast, only where the manifest names a fast_solution).
 #   course_exercise(MODULE 01_basics ID vector_add FILE vector_add.cu
 #                   CHECKER tests/vector_add_test.cu MIN_SM 75 [MIN_GPUS 2]
-#                   [FAST_SOLUTION vector_add_fast.cu] [LIBRARY nccl])
+#                   [FAST_SOLUTION vector_add_fast.cu [FAST_ARCH 90a]] [LIBRARY nccl])
 # LIBRARY: the one library the exercise may call (the manifest's `library`), linked into its
 # checker and every variant; where this build lacks it, each variant is a checker that skips with
 # the reason (common/src/missing_library_test.cpp), since neither the code nor its checker compiles.
+# FAST_ARCH 90a: the fast reference has a path in Hopper's own instructions (wgmma, TMA) beside its
+# readable solution's, so its variant builds for 90a where the tree builds for 90, as an exercise of
+# min_sm 90 does (the manifest's fast_arch; pairwise_cosine's); the other variants keep the tree's.
 function(course_exercise)
-  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;MIN_GPUS;FAST_SOLUTION;LIBRARY" ""
-                        ${ARGN})
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;MIN_GPUS;FAST_SOLUTION;FAST_ARCH;LIBRARY"
+                        "" ${ARGN})
   if(NOT EX_MIN_GPUS)
     set(EX_MIN_GPUS 1)
   endif()
@@ -193,7 +196,7 @@ function(course_exercise)
       # The solution and its checker built for the CPU emulator (dev/emu/Emulate.cmake).
       course_emulated_exercise(MODULE ${EX_MODULE} ID ${EX_ID} FILE ${EX_FILE}
                                CHECKER ${EX_CHECKER} MIN_SM ${EX_MIN_SM}
-                               FAST_SOLUTION "${EX_FAST_SOLUTION}")
+                               FAST_SOLUTION "${EX_FAST_SOLUTION}" FAST_ARCH "${EX_FAST_ARCH}")
       continue()
     elseif(variant STREQUAL "learner")
       set(source "${module_dir}/${EX_FILE}")
@@ -209,6 +212,10 @@ function(course_exercise)
               "COURSE_VARIANTS: unknown variant '${variant}' (learner, solution, fast, emulated)")
     endif()
     set(target "${base}.${variant}")
+    set(variant_architectures "${architectures}")
+    if(variant STREQUAL "fast" AND EX_FAST_ARCH STREQUAL "90a")
+      course_exercise_architectures(variant_architectures 90)
+    endif()
     course_file_exists(source_exists "${source}")
     if(NOT source_exists)
       message(WARNING "${target}: ${source} not found; no target")
@@ -223,8 +230,8 @@ function(course_exercise)
     if(EX_LIBRARY STREQUAL "nccl")
       target_link_libraries(${target} PRIVATE course_nccl)
     endif()
-    if(NOT architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
-      set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${architectures}")
+    if(NOT variant_architectures STREQUAL CMAKE_CUDA_ARCHITECTURES)
+      set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${variant_architectures}")
     endif()
     if(load_baselines)
       add_dependencies(${target} course_baselines)
@@ -248,7 +255,7 @@ function(course_module module_dir)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${module_dir}/module.toml")
   file(READ "${module_dir}/module.toml" manifest)
   string(REGEX MATCHALL
-    "\n(\\[\\[exercise\\]\\]|(id|file|checker|fast_solution|library|kind) = \"[^\"\n]*\"|(min_sm|min_gpus) = [0-9]+)"
+    "\n(\\[\\[exercise\\]\\]|(id|file|checker|fast_solution|fast_arch|library|kind) = \"[^\"\n]*\"|(min_sm|min_gpus) = [0-9]+)"
     keys "\n${manifest}\n[[exercise]]")
   set(id "")
   foreach(key IN LISTS keys)
@@ -256,15 +263,17 @@ function(course_module module_dir)
     if(key STREQUAL "[[exercise]]")
       if(id AND kind STREQUAL "checker")
         course_exercise(MODULE ${module} ID ${id} FILE ${file} CHECKER ${checker} MIN_SM ${min_sm}
-                        MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}" LIBRARY "${library}")
+                        MIN_GPUS ${min_gpus} FAST_SOLUTION "${fast_solution}"
+                        FAST_ARCH "${fast_arch}" LIBRARY "${library}")
       endif()
       set(id "")
       set(min_sm 0)
       set(min_gpus 1)
       set(fast_solution "")
+      set(fast_arch "")
       set(library "")
       set(kind "checker")
-    elseif(key MATCHES "^(id|file|checker|fast_solution|library|kind) = \"(.*)\"$")
+    elseif(key MATCHES "^(id|file|checker|fast_solution|fast_arch|library|kind) = \"(.*)\"$")
       set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
     elseif(key MATCHES "^(min_sm|min_gpus) = ([0-9]+)$")
       set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")

@@ -36,28 +36,34 @@ EXERCISE_SCHEMA = {
     "intensity": ((int, float), "a number"),
     "hints": (list, "a list of strings"),
     "fast_solution": (str, "a string"),
+    "fast_arch": (str, "a string"),
     "min_gpus": (int, "an integer"),
     "case_targets": (dict, "a table of timed-case label = ratio"),
     "library": (str, "a string"),
     "stretch": ((int, float), "a number"),
     "kind": (str, "a string"),
 }
-OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "min_gpus", "case_targets",
-                          "library", "stretch", "kind"}
+OPTIONAL_EXERCISE_KEYS = {"timeout_s", "intensity", "fast_solution", "fast_arch", "min_gpus",
+                          "case_targets", "library", "stretch", "kind"}
+# What `fast_arch` may say: the fast reference has a path in sm_90a's instructions (wgmma, TMA),
+# built for 90a where the tree builds for 90 (cmake/Course.cmake), its readable path elsewhere.
+FAST_ARCHES = ("90a",)
 # The libraries an exercise may be allowed to call (`library`): linked into its learner target
 # and let through the library ban (grader/library_ban.py). NCCL: module 11's data_parallel_step
 # hands its buckets to NCCL's all-reduce, and is timed against the same all-reduce unoverlapped.
 EXERCISE_LIBRARIES = ("nccl",)
 # A trainer (or torch) exercise has no checker, and none of the keys that describe one's timed
 # cases.
-NOT_FOR_TRAINER = ("checker", "fast_solution", "case_targets", "intensity", "min_gpus", "library",
-                   "stretch")
+NOT_FOR_TRAINER = ("checker", "fast_solution", "fast_arch", "case_targets", "intensity", "min_gpus",
+                   "library", "stretch")
 
 # The keys cmake/Course.cmake reads with a regular expression (it has no TOML parser), matched the
 # way it matches them: at the start of a line, on one line.
-CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution", "library", "kind")
+CMAKE_KEYS = ("id", "file", "checker", "min_sm", "min_gpus", "fast_solution", "fast_arch", "library",
+              "kind")
 CMAKE_LINE = re.compile(
-    r'^(?:(id|file|checker|fast_solution|library|kind) = "([^"\n]*)"|(min_sm|min_gpus) = ([0-9]+))')
+    r'^(?:(id|file|checker|fast_solution|fast_arch|library|kind) = "([^"\n]*)"'
+    r'|(min_sm|min_gpus) = ([0-9]+))')
 CMAKE_ENTRY = "[[exercise]]"
 
 
@@ -224,6 +230,9 @@ def _exercise_problems(where: str, entry: dict) -> list[str]:
         problems.append(f"{where}: 'fast_solution' names a file of solutions/<module>/, beside "
                         f"the readable solution and with its ending (e.g. {entry['id']}_fast"
                         f"{Path(entry['file']).suffix})")
+    if "fast_arch" in entry and (fast is None or entry["fast_arch"] not in FAST_ARCHES):
+        problems.append(f"{where}: 'fast_arch' may be {', '.join(FAST_ARCHES)}, beside a "
+                        f"'fast_solution' (the fast reference's sm_90a path)")
     return problems
 
 

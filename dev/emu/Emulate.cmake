@@ -2,7 +2,7 @@
 # host compiler against the CUDA runtime of shadow/ (emu.h runs the kernels), as the target
 # <module>.<id>.emulated in bin/ and the CTest test of that name (label emulated); where the
 # exercise has a fast reference, that one too, as <module>.<id>.emulated_fast (CTest only: the
-# grader's --emulate grades the readable solutions). The checkers' timing cases skip there: the
+# grader's --emulate grades the readable solutions), unless its own path is sm_90a's (fast_arch). The checkers' timing cases skip there: the
 # emulated GPU reports 512 MB free; so do the cases a checker marks COURSE_SKIP_ON_EMULATOR.
 # COURSE_EMULATED_MODULES names the modules the emulator can run: not those whose kernels use TMA,
 # wgmma or inline PTX of their own (dev/README.md); module 07's tensor-core instructions are
@@ -66,7 +66,7 @@ target_link_libraries(course_emu_harness PUBLIC course_harness_host GTest::gtest
 
 # One exercise, called by course_exercise for the emulated variant.
 function(course_emulated_exercise)
-  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;FAST_SOLUTION" "" ${ARGN})
+  cmake_parse_arguments(EX "" "MODULE;ID;FILE;CHECKER;MIN_SM;FAST_SOLUTION;FAST_ARCH" "" ${ARGN})
   if(NOT EX_MODULE IN_LIST COURSE_EMULATED_MODULES)
     return()
   endif()
@@ -87,7 +87,9 @@ function(course_emulated_exercise)
   emu_translate(checker_source "${module_dir}/${EX_CHECKER}")
   set(readable "${COURSE_SOLUTIONS_DIR}/${EX_MODULE}/${EX_FILE}")
   set(references emulated "${EX_FILE}")
-  if(EX_FAST_SOLUTION)
+  # A fast reference whose own path is sm_90a's (FAST_ARCH: TMA and wgmma) would run its readable
+  # solution's path here, which the emulated readable solution already runs: none.
+  if(EX_FAST_SOLUTION AND NOT EX_FAST_ARCH)
     list(APPEND references emulated_fast "${EX_FAST_SOLUTION}")
   endif()
   while(references)

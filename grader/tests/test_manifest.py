@@ -62,6 +62,11 @@ def test_a_valid_manifest_reads_with_defaults(tmp_path):
      "'fast_solution' names a file of solutions/<module>/, beside"),
     (lambda text: text.replace("target = 0.9", 'target = 0.9\n  fast_solution = "fast.cu"'),
      "write fast_solution on one line at column 0"),
+    (lambda text: text.replace("target = 0.9", 'target = 0.9\nfast_arch = "90a"'),
+     "'fast_arch' may be 90a, beside a 'fast_solution'"),
+    (lambda text: text.replace("target = 0.9", 'target = 0.9\nfast_solution = "vector_add_fast.cu"'
+                               '\nfast_arch = "90"'),
+     "'fast_arch' may be 90a"),
     (lambda text: text + 'case_targets = { "n=2^25" = 0.9, "n=2^20" = 0 }\n',
      "'case_targets' maps timed-case labels to ratios > 0"),
     (lambda text: text + 'case_targets = { "n=2^25" = 0.95 }\n',
@@ -85,11 +90,11 @@ def test_a_module_folder_must_be_zero_padded(tmp_path):
 
 
 def test_cmake_view_reads_what_course_cmake_reads():
-    text = (HEADER + EXERCISE.format(id="a") + 'fast_solution = "a_fast.cu"\n'
+    text = (HEADER + EXERCISE.format(id="a") + 'fast_solution = "a_fast.cu"\nfast_arch = "90a"\n'
             + EXERCISE.format(id="b").replace("min_sm = 75", ""))
     assert cmake_view(text) == [
         {"id": "a", "file": "a.cu", "checker": "tests/a_test.cu", "min_sm": "75",
-         "fast_solution": "a_fast.cu"},
+         "fast_solution": "a_fast.cu", "fast_arch": "90a"},
         {"id": "b", "file": "b.cu", "checker": "tests/b_test.cu"}]
 
 

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A model of pairwise_cosine_fast.cu's staged epilogue, its index arithmetic only (course authors,
+no GPU: the CPU emulator runs neither TMA nor wgmma).
+
+    python3 dev/experiments/pairwise_cosine_staging.py 2 3 65 255 256 257 700   # the N to check
+
+Walks every unit of the kernel's triangle (squares of 256, two units of 128 x 256 each), every
+consumer warp and chunk of 64 columns, as store_distances does: each register's pair staged at
+staged(r, (col + run_shift(row)) % 64) (the wgmma D layout, course::wgmma_d_element), then read
+back by rows, 16 bytes per lane, stored as a 16-byte vector or float by float. Asserts that no
+staging place is written twice, that every pair i < j < N lands once at triangle_index(i, j, N)
+and nothing else is written, and that each 16-byte store starts on a 16-byte boundary (the
+distances are 16-byte aligned). Written by hand from the kernel: change both together.
+"""
+import sys
+
+kBN, kBM, kWgmmaM, kWarpRows, kChunk, kAccumulators = 256, 128, 64, 16, 64, 128
+kChunkRegisters = kAccumulators * kChunk // kBN
+
+
+def triangle_index(i, j, n):
+    return i * n - i * (i + 1) // 2 + (j - i - 1)
+
+
+def run_origin(row, n):
+    return row * n - row * (row + 1) // 2 - row - 1
+
+
+def run_shift(row, n):
+    return run_origin(row, n) & 3
+
+
+def staged(row, position):
+    pattern = row % 4 * 2 + row // 4 % 2
+    return row * kChunk + ((position // 4) ^ pattern) * 4 + position % 4
+
+
+def wgmma_d_element(thread, reg):
+    lane, i = thread % 32, reg % 4
+    return (16 * (thread // 32) + lane // 4 + 8 * (i // 2),
+            8 * (reg // 4) + 2 * (lane % 4) + i % 2)
+
+
+def units(n):
+    """(row0, col0) of the kernel's non-empty units, in its order (triangle_tile's walk)."""
+    squares = -(-n // kBN)
+    for unit in range(squares * (squares + 1)):
+        b, si = unit // 2, 0
+        while b >= squares - si:
+            b -= squares - si
+            si += 1
+        row0 = si * kBN + unit % 2 * kBM
+        if row0 < n:
+            yield row0, (si + b) * kBN
+
+
+def check(n):
+    total = n * (n - 1) // 2
+    written = [0] * total
+    vectors = scalars = 0
+
+    def store(index, pair):
+        i, j = pair
+        assert i < j < n and index == triangle_index(i, j, n), (index, pair)
+        written[index] += 1
+
+    for row0, col0 in units(n):
+        for consumer in range(2):
+            for warp in range(4):
+                first_row = row0 + consumer * kWgmmaM + warp * kWarpRows
+                for chunk in range(kBN // kChunk):
+                    staging = {}  # place -> the pair whose distance it holds
+                    for lane in range(32):
+                        for reg in range(chunk * kChunkRegisters, (chunk + 1) * kChunkRegisters):
+                            row, col = wgmma_d_element(warp * 32 + lane, reg)
+                            r = row % kWarpRows
+                            place = staged(r, (col + run_shift(first_row + r, n)) % kChunk)
+                            assert place not in staging, "a staging place written twice"
+                            staging[place] = (first_row + r, col0 + col)
+                    chunk_col = col0 + chunk * kChunk
+                    for lane in range(32):
+                        unit = lane % 16
+                        for r in range(lane // 16, kWarpRows, 2):
+                            row = first_row + r
+                            origin = run_origin(row, n) + chunk_col
+                            v = [staging[staged(r, 4 * unit) + k] for k in range(4)]
+                            first = 4 * unit - run_shift(row, n)
+                            if first >= 0 and row < chunk_col + first and chunk_col + first + 3 < n:
+                                assert (origin + first) % 4 == 0, "a 16-byte store off a boundary"
+                                for k in range(4):
+                                    store(origin + first + k, v[k])
+                                vectors += 1
+                            else:
+                                for k in range(4):
+                                    c = first + k + kChunk if first + k < 0 else first + k
+                                    if row < chunk_col + c < n:
+                                        store(origin + c, v[k])
+                                        scalars += 1
+    assert all(w == 1 for w in written), f"N {n}: {written.count(0)} pairs never written"
+    print(f"N {n}: {total} pairs, each written once; {4 * vectors / max(total, 1):.1%} of them "
+          f"in {vectors} 16-byte stores, {scalars} float by float")
+
+
+if __name__ == "__main__":
+    for n in map(int, sys.argv[1:] or ["2", "3", "65", "255", "256", "257", "700"]):
+        check(n)
