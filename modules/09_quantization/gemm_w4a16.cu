@@ -4,9 +4,11 @@
 // Teaches: a weight layout made once, ahead of time, for the instruction that reads it (each lane
 // loads its own fragments for 8 k16 steps with one 16-byte load); INT4 to bf16 without a
 // conversion instruction (a shift, a mask-and-xor, a bf16x2 subtraction: exact); a group scale
-// applied to the group's partial sums in float32; the activations through shared memory and
-// ldmatrix (module 05); split-K with atomicAdd, so that a few tokens still fill the GPU. The
-// checker reports your speed-up over cuBLAS on bf16 weights and the format's accuracy.
+// applied to the group's partial sums in float32; several groups of weights in flight per warp (a
+// ring of registers), since at 16 tokens the kernel is a read of W; the activations through two
+// shared tiles (cp.async and ldmatrix, module 05), one barrier a group; split-K with atomicAdd, so
+// that a few tokens still fill the GPU. The checker reports your speed-up over cuBLAS on bf16
+// weights and the format's accuracy.
 //
 // Run:  grader run 09/gemm_w4a16             Stuck:  grader hint 09/gemm_w4a16
 // Contract: gemm_w4a16.h                     Notes:  notes/09_quantization.md
@@ -31,14 +33,20 @@ __global__ void gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* x, c
                                   const float* scales, float* y, int per_split) {
     // TODO: block (bx, by): 64 columns of y (4 warps x 2 n8 tiles), groups by * per_split .. of K,
     //       all M rows as kTilesM m16 tiles; float acc[2][kTilesM][4] = {}.
-    // TODO: per group: the lane's uint4 of each n8 tile (tiled[(tile * groups + group) * 32 +
-    //       lane]) and the scales of its two columns (2 (lane % 4), + 1), loaded a group ahead;
-    //       the x tile (rows past M zero) into shared memory, tc::swizzled<128>; __syncthreads().
+    // TODO: per group, the weights: the lane's uint4 of each n8 tile (tiled[(tile * groups +
+    //       group) * 32 + lane]) and the scales of its two columns (2 (lane % 4), + 1), kept in a
+    //       ring of kAhead groups of registers (4 up to 32 tokens, 2 beyond; the group loop
+    //       unrolled by kAhead so that the slot index is a constant): load the slice's first
+    //       kAhead groups, and refill each slot with the group kAhead later once it is computed.
+    // TODO: per group, x: two shared tiles (16 kTilesM rows x 128, tc::swizzled<128>); the first
+    //       group's tile copied before the loop with tc::cp_async_16 (rows past M: valid false,
+    //       zeros) and tc::cp_async_commit(); each group: tc::cp_async_wait<0>(), __syncthreads()
+    //       (the one barrier), then the next group's copy into the other tile.
     // TODO: 8 k16 steps: A fragments by tc::ldmatrix_x4 (course::ldmatrix_a_source); B register r
     //       of step s from nibbles p, p + 4 of word s / 2 (p = 2 (s % 2) + r): mask 0x000F000F,
     //       xor 0x43084308, __hsub2 136; tc::mma_bf16 (bf16 in every build; tc::mma would be
     //       fp16 in a build for a T4) into zeroed partial sums; then acc += part * the column's
-    //       scale; __syncthreads() before the next tile.
+    //       scale.
     // TODO: atomicAdd each accumulator into y (course::mma_c_element) where the row is < M.
 }
 
@@ -51,8 +59,9 @@ void gemm_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t*
                 const float* scales, float* y) {
     if (course::compiled_arch(gemm_w4a16_kernel<1>) < 80)
         throw std::runtime_error("gemm_w4a16: bf16 mma.sync needs device code for sm_80 or newer");
-    // TODO: kTilesM = ceil_div(M, 16) (a switch over 1 .. 4); splits of K so that the grid has
-    //       about 2 blocks per SM (cudaDevAttrMultiProcessorCount); cudaMemsetAsync(y, 0, ...);
+    // TODO: kTilesM = ceil_div(M, 16) (a switch over 1 .. 4); splits of K: as many as one wave
+    //       holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor x cudaDevAttrMultiProcessorCount,
+    //       over ceil_div(N, 64)), but slices of 8 groups at least; cudaMemsetAsync(y, 0, ...);
     //       grid (ceil_div(N, 64), splits) of 128 threads; CUDA_CHECK_LAUNCH().
     COURSE_TODO("gemm_w4a16: write gemm_w4a16_kernel and launch it, then delete this line");
 }

@@ -6,11 +6,13 @@
 // loads its own fragments for 8 k16 steps with one 16-byte load: no shared memory, no ldmatrix
 // for the weights); INT4 to bf16 without a conversion instruction (the nibble under the exponent
 // of bf16's 128, one shift, one mask-and-xor, one bf16x2 subtraction: exact); a group scale
-// applied to the group's partial sums in float32, not to every weight; the activations through
-// shared memory and ldmatrix (module 05); split-K, so that a few tokens still fill the GPU: each
-// block sums a slice of K and adds its part of y with atomicAdd, into a y zeroed first. Memory-
-// bound at 16 tokens (the checker reports the speed-up over cuBLAS on bf16 weights), nearly
-// compute-bound at 64.
+// applied to the group's partial sums in float32, not to every weight; enough weights in flight to
+// feed a memory-bound kernel: a ring of groups in registers, refilled as each is used; the
+// activations through two shared tiles (cp.async and ldmatrix, module 05), one barrier a group;
+// split-K, so that a few tokens still fill the GPU: each block sums a slice of K and adds its part
+// of y with atomicAdd, into a y zeroed first, the slices as many as one wave holds. Memory-bound at
+// 16 tokens (the checker reports the speed-up over cuBLAS on bf16 weights), nearly compute-bound
+// at 64.
 //
 // Run:  grader run 09/gemm_w4a16 --solutions
 // Contract: gemm_w4a16.h             Notes:  notes/09_quantization.md
@@ -32,7 +34,13 @@ constexpr int kTilesPerWarp = 2;                     // n8 tiles of y per warp
 constexpr int kBlockN = kWarps * kTilesPerWarp * 8;  // 64 columns of y per block
 constexpr int kSteps = kInt4Group / 16;              // k16 steps per group: 8
 constexpr int kChunksPerRow = kInt4Group / 8;        // 16-byte chunks of an x tile row: 16
-constexpr int kBlocksPerSm = 2;                      // split K until the grid has this many
+constexpr int kMinSlice = 8;                         // groups in a slice of K, at least
+// Groups of W a warp has in flight (a ring of registers): enough to cover the latency of a load
+// behind the arithmetic of the groups before it. 4 up to 32 tokens, where a group's arithmetic is
+// short; 2 beyond, where it is up to 4 times longer and the registers of a deeper ring would cost
+// a block per SM (168 registers a thread keep 3 blocks of 128 threads on an SM).
+template <int kTilesM>
+constexpr int kAhead = kTilesM <= 2 ? 4 : 2;
 
 // ---- tile_int4_weights: one thread per lane's 16 bytes ----------------------------------------
 
@@ -90,21 +98,23 @@ __device__ std::uint32_t b_register(const uint4& w, int s, int r) {
     return *reinterpret_cast<const std::uint32_t*>(&q);
 }
 
-// Rows 0 .. kRows - 1 of x, columns 128 G .. 128 G + 127 (one group) into a swizzled tile of
-// 256-byte rows (module 05's XOR swizzle: tc::swizzled); zeros for the rows past M (the mma still
-// multiplies them: they come out as rows of y that are never stored).
+// Rows 0 .. kRows - 1 of x, columns 128 G .. 128 G + 127 (one group), by cp.async into a swizzled
+// tile of 256-byte rows (module 05's XOR swizzle: tc::swizzled), committed as one cp.async group;
+// zeros for the rows past M, which are not read (the mma still multiplies them: they come out as
+// rows of y that are never stored).
 template <int kRows>
-__device__ void load_x_tile(__nv_bfloat16* tile, const __nv_bfloat16* x, int M, int K, int group) {
+__device__ void copy_x_tile(__nv_bfloat16* tile, const __nv_bfloat16* x, int M, int K, int group) {
 #pragma unroll
     for (int n = 0; n < kRows * kChunksPerRow / kThreads; ++n) {
         const int i = threadIdx.x + n * kThreads;
         const int row = i / kChunksPerRow, chunk = i % kChunksPerRow;
-        uint4 value = make_uint4(0, 0, 0, 0);
-        if (row < M)
-            value = *reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(row) * K +
-                                                    group * kInt4Group + 8 * chunk);
-        *reinterpret_cast<uint4*>(tile + tc::swizzled<kInt4Group>(row, 8 * chunk)) = value;
+        const bool row_in_x = row < M;
+        tc::cp_async_16(
+            tile + tc::swizzled<kInt4Group>(row, 8 * chunk),
+            x + static_cast<std::size_t>(row_in_x ? row : 0) * K + group * kInt4Group + 8 * chunk,
+            row_in_x);
     }
+    tc::cp_async_commit();
 }
 
 // A lane's weights for one group: its 16 bytes of each of the warp's n8 tiles, and the scales of
@@ -131,15 +141,18 @@ __device__ GroupWeights load_group(const uint4* tiled, const float* scales, int 
 }
 
 // Block (bx, by): columns 64 bx .. 64 bx + 63 of y (warp w: n8 tiles 8 bx + 2 w, + 1), groups
-// by * per_split .. of K, all M rows (kTilesM m16 tiles). Per group: x's tile into shared memory,
-// then 8 k16 steps of ldmatrix (A) and mma with B dequantized from registers, into partial sums
-// that the group's scales then add to the accumulators.
+// by * per_split .. of K, all M rows (kTilesM m16 tiles). W streams through a ring of kAhead
+// groups of registers: as soon as a group is computed, its slot is refilled with the group kAhead
+// later, so that kAhead - 1 to kAhead groups of W are in flight behind the arithmetic. x goes
+// through two shared tiles: the next group's is copied (cp.async) while this group's is read, so
+// one barrier a group suffices. Per group: 8 k16 steps of ldmatrix (A) and mma with B dequantized
+// from registers, into partial sums that the group's scales then add to the accumulators.
 template <int kTilesM>
 __global__ void __launch_bounds__(kThreads)
     gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
                       const uint4* __restrict__ tiled, const float* __restrict__ scales,
                       float* __restrict__ y, int per_split) {
-    __shared__ alignas(16) __nv_bfloat16 x_tile[kTilesM * 16 * kInt4Group];
+    __shared__ alignas(16) __nv_bfloat16 x_tiles[2][kTilesM * 16 * kInt4Group];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tiles = N / 8;
     const int first_tile = blockIdx.x * (kBlockN / 8) + warp * kTilesPerWarp;
@@ -147,42 +160,59 @@ __global__ void __launch_bounds__(kThreads)
     const int begin = blockIdx.y * per_split, end = min(groups, begin + per_split);
     const course::Coord a_source = course::ldmatrix_a_source(lane);
 
-    float acc[kTilesPerWarp][kTilesM][4] = {};
-    GroupWeights now = load_group(tiled, scales, K, first_tile, tiles, begin, lane);
-    for (int group = begin; group < end; ++group) {
-        // The next group's weights are on their way while this group is computed.
-        GroupWeights next{};
-        if (group + 1 < end)
-            next = load_group(tiled, scales, K, first_tile, tiles, group + 1, lane);
-        load_x_tile<kTilesM * 16>(x_tile, x, M, K, group);
-        __syncthreads();  // the tile is complete before any warp reads it
+    // Slot d holds group begin + d, then every kAhead-th group after it. The ring is indexed by
+    // the unrolled d only (a constant), so that it stays in registers.
+    GroupWeights ring[kAhead<kTilesM>];
+#pragma unroll
+    for (int d = 0; d < kAhead<kTilesM>; ++d)
+        if (begin + d < end)
+            ring[d] = load_group(tiled, scales, K, first_tile, tiles, begin + d, lane);
+    copy_x_tile<kTilesM * 16>(x_tiles[0], x, M, K, begin);
 
-        float part[kTilesPerWarp][kTilesM][4] = {};
+    float acc[kTilesPerWarp][kTilesM][4] = {};
+    for (int base = begin; base < end; base += kAhead<kTilesM>) {
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-            std::uint32_t a[kTilesM][4];
+        for (int d = 0; d < kAhead<kTilesM>; ++d) {
+            const int group = base + d;
+            if (group >= end) break;
+            const GroupWeights& now = ring[d];
+            tc::cp_async_wait<0>();
+            // This group's x tile is complete, and every warp is done with the other tile (it
+            // read it for the previous group) before the next group's copy overwrites it.
+            __syncthreads();
+            const __nv_bfloat16* x_tile = x_tiles[(group - begin) % 2];
+            if (group + 1 < end)
+                copy_x_tile<kTilesM * 16>(x_tiles[(group + 1 - begin) % 2], x, M, K, group + 1);
+
+            float part[kTilesPerWarp][kTilesM][4] = {};
 #pragma unroll
-            for (int i = 0; i < kTilesM; ++i)
-                tc::ldmatrix_x4(a[i], x_tile + tc::swizzled<kInt4Group>(16 * i + a_source.row,
-                                                                        16 * s + a_source.col));
+            for (int s = 0; s < kSteps; ++s) {
+                std::uint32_t a[kTilesM][4];
 #pragma unroll
-            for (int j = 0; j < kTilesPerWarp; ++j) {
-                const std::uint32_t b0 = b_register(now.bits[j], s, 0);
-                const std::uint32_t b1 = b_register(now.bits[j], s, 1);
+                for (int i = 0; i < kTilesM; ++i)
+                    tc::ldmatrix_x4(a[i], x_tile + tc::swizzled<kInt4Group>(16 * i + a_source.row,
+                                                                            16 * s + a_source.col));
 #pragma unroll
-                for (int i = 0; i < kTilesM; ++i) tc::mma_bf16(part[j][i], a[i], b0, b1);
+                for (int j = 0; j < kTilesPerWarp; ++j) {
+                    const std::uint32_t b0 = b_register(now.bits[j], s, 0);
+                    const std::uint32_t b1 = b_register(now.bits[j], s, 1);
+#pragma unroll
+                    for (int i = 0; i < kTilesM; ++i) tc::mma_bf16(part[j][i], a[i], b0, b1);
+                }
             }
+            // Accumulators 0 and 2 are column 2 (lane % 4) of the tile, 1 and 3 the next one
+            // (course::mma_c_element): each takes its column's scale.
+#pragma unroll
+            for (int j = 0; j < kTilesPerWarp; ++j)
+#pragma unroll
+                for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[j][i][e] += part[j][i][e] * now.scale[j][e % 2];
+            // The slot is free: refill it with the group kAhead later.
+            if (group + kAhead<kTilesM> < end)
+                ring[d] =
+                    load_group(tiled, scales, K, first_tile, tiles, group + kAhead<kTilesM>, lane);
         }
-        // Accumulators 0 and 2 are column 2 (lane % 4) of the tile, 1 and 3 the next one
-        // (course::mma_c_element): each takes its column's scale.
-#pragma unroll
-        for (int j = 0; j < kTilesPerWarp; ++j)
-#pragma unroll
-            for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[j][i][e] += part[j][i][e] * now.scale[j][e % 2];
-        __syncthreads();  // every warp is done with the tile before the next group overwrites it
-        now = next;
     }
 
     // This block's part of y, added to what the other slices of K add (y was zeroed).
@@ -200,14 +230,18 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-int multiprocessors() {
-    static const int count = [] {
-        int device = 0, value = 0;
+// The blocks of gemm_w4a16_kernel<kTilesM> that one wave holds: every SM's resident blocks.
+template <int kTilesM>
+int wave_blocks() {
+    static const int blocks = [] {
+        int device = 0, sms = 0, per_sm = 0;
         CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
-        return value;
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gemm_w4a16_kernel<kTilesM>, kThreads, 0));
+        return sms * per_sm;
     }();
-    return count;
+    return blocks;
 }
 
 template <int kTilesM>
@@ -215,12 +249,14 @@ void launch(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* til
             const float* scales, float* y) {
     if (course::compiled_arch(gemm_w4a16_kernel<kTilesM>) < 80)
         throw std::runtime_error("gemm_w4a16: bf16 mma.sync needs device code for sm_80 or newer");
-    // Split K until there are kBlocksPerSm blocks per SM: at N = 4096 there are only 64 column
-    // blocks, and a token's worth of work per block would leave most SMs idle.
+    // Split K into as many slices as one wave holds: at N = 8192 there are only 128 column
+    // blocks, and a token's worth of work per block would leave most SMs idle; a second, partial
+    // wave would leave them idle at the end instead. But not into slices shorter than kMinSlice
+    // groups: a shorter one never fills its ring, and its atomics cost as much as a long one's.
     const int groups = K / kInt4Group;
     const int column_blocks = course::ceil_div(N, kBlockN);
     const int splits =
-        std::clamp(course::ceil_div(kBlocksPerSm * multiprocessors(), column_blocks), 1, groups);
+        std::clamp(wave_blocks<kTilesM>() / column_blocks, 1, std::max(1, groups / kMinSlice));
     const int per_split = course::ceil_div(groups, splits);
     CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(M) * N * sizeof(float)));
     const dim3 grid(column_blocks, course::ceil_div(groups, per_split));
