@@ -44,6 +44,7 @@ void decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                       int capacity, int D, float scale) {
     // TODO: splits = one wave of blocks: (SM count x 8) / (batch x heads), at least 1, at most
     //       kDecodeMaxSplits and capacity / 64; the SM count asked once (cudaDeviceGetAttribute).
-    //       chunk = ceil_div(capacity, splits); grid (splits, heads, batch); CUDA_CHECK_LAUNCH().
+    //       chunk = ceil_div(capacity, splits) rounded up to a multiple of 64 keys; splits =
+    //       ceil_div(capacity, chunk); grid (splits, heads, batch); CUDA_CHECK_LAUNCH().
     COURSE_TODO("decode_attention: write the split kernel and launch it, then delete this line");
 }

@@ -23,11 +23,16 @@ constexpr int kWarps = kBlock / 32;
 // threads per SM there; an H100 holds 10 at this kernel's registers), and 8 x 128 lanes x 8
 // loads of 16 bytes are 128 KB in flight per SM, several times what its share of DRAM needs.
 constexpr int kBlocksPerSm = 8;
-// The fewest keys of a split: one pass of the block over D = 64 (16 keys side by side, 4 deep).
-// Shorter chunks would cost a block more in starting and merging than in reading.
+// The fewest keys of a split: one pass of the block over D = 64 (16 keys side by side, 4 deep),
+// two at D = 128. Shorter chunks would cost a block more in starting and merging than in
+// reading. A chunk is a whole number of them: a split of 497 keys takes as many passes as one of
+// 512, and 64 such splits cover what 66 of 497 do, with fewer states for the merge to read.
 constexpr int kMinKeysPerSplit = 64;
 // Keys whose K and V rows each lane loads before it uses any: 8 loads of 16 bytes in flight.
 constexpr int kUnroll = 4;
+// The merge's loads of o in flight per thread: 16-byte loads of kMergeLoads splits before their
+// sums (2 trips at 64 splits, D = 128).
+constexpr int kMergeLoads = 8;
 // The contract's most (sequence, head) pairs: batch 1024 x heads 128.
 constexpr int kMaxRows = 1024 * 128;
 static_assert(kDecodeMaxSplits <= kBlock, "the merge gives each split's weight a thread");
@@ -75,17 +80,19 @@ __device__ void merge_splits(const SplitStates& states, int splits, __nv_bfloat1
     constexpr int kColumns = D / 4;                  // float4 columns of an output
     constexpr int kSplitGroups = kBlock / kColumns;  // 4 at D = 128, 8 at D = 64
     const int t = threadIdx.x;
+    // m_s and l_s both loaded before the first barrier: one round trip for the two.
     const float m_s = t < splits ? states.m[t] : -FLT_MAX;
+    const float l_s = t < splits ? states.l[t] : 0.0f;
     const float M = block_reduce(
         m_s, [](float a, float b) { return fmaxf(a, b); }, slots);
     const float w = t < splits ? expf(m_s - M) : 0.0f;
     weight[t] = w;
     // block_reduce's barriers also make every weight visible before the loop below.
     const float L = block_reduce(
-        t < splits ? w * states.l[t] : 0.0f, [](float a, float b) { return a + b; }, slots);
+        w * l_s, [](float a, float b) { return a + b; }, slots);
     const int column = t % kColumns, group = t / kColumns;
     float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
+#pragma unroll kMergeLoads
     for (int s = group; s < splits; s += kSplitGroups) {
         const float4 o = reinterpret_cast<const float4*>(states.o + s * D)[column];
         sum.x += weight[s] * o.x;
@@ -248,12 +255,14 @@ void decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
     // One wave of blocks: batch x heads x splits <= blocks_per_wave(), so that every block runs
     // from the start and they all end together (no second, partly empty wave), and the last
     // block of each row merges as few states as keep the SMs busy: 66 splits at batch 1 x 16
-    // heads on 132 SMs, 4 at batch 16. Rows that fill a wave by themselves take a block each.
+    // heads on 132 SMs (64 of 512 keys once the chunk is whole trips), 4 at batch 16. Rows that
+    // fill a wave by themselves take a block each.
     // The lengths are on the device: the split is sized for a full cache, and the splits past a
     // shorter sequence's length find no keys, store an empty state and count.
     const int wanted = max(1, blocks_per_wave() / (batch * heads));
     const int most = min(kDecodeMaxSplits, max(1, capacity / kMinKeysPerSplit));
-    const int chunk = course::ceil_div(capacity, min(wanted, most));
+    const int keys = course::ceil_div(capacity, min(wanted, most));
+    const int chunk = course::ceil_div(keys, kMinKeysPerSplit) * kMinKeysPerSplit;  // whole trips
     const int splits = course::ceil_div(capacity, chunk);  // the rounding up may leave fewer
     const dim3 grid(splits, heads, batch);
     if (D == 64)

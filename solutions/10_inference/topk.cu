@@ -80,23 +80,11 @@ __device__ void for_each_key(const float* row, int begin, int end, Visit visit) 
     }
 }
 
-// One round of the select over the tokens [begin, end): the histogram, by their digit at
-// `shift`, of the keys whose digits above it are `prefix`'s. Each digit's total lands in s.bins.
-__device__ void count_digits(const float* row, int begin, int end, Key prefix, int shift,
-                             TopkShared& s) {
+// Each digit's total into s.bins, from the histogram's columns: warp w adds up the 32 columns of
+// digits w, w + 32, ...
+__device__ void add_up_columns(TopkShared& s) {
     const unsigned lane = threadIdx.x % kLanes;
     const int warp = threadIdx.x / kLanes;
-    for (int i = threadIdx.x; i < kBins * kLanes; i += kBlock) s.counts[i] = 0;
-    __syncthreads();
-    const Key chosen = ~Key{0} << (shift + 8);  // the digits above this round's
-    for_each_key(row, begin, end, [&](Key key) {
-        // A column per lane: the 32 atomics of a warp never share an address, whatever the
-        // data (logits crowd into a few exponents: few digits in the first round).
-        if ((key & chosen) == prefix)
-            atomicAdd(&s.counts[((key >> shift) & 0xFF) * kLanes + lane], 1u);
-    });
-    __syncthreads();
-    // Each digit's total: warp w adds up the 32 columns of digits w, w + 32, ...
     for (int d = warp; d < kBins; d += kWarps) {
         unsigned total = s.counts[d * kLanes + lane];
         for (int offset = 16; offset > 0; offset /= 2)
@@ -104,6 +92,26 @@ __device__ void count_digits(const float* row, int begin, int end, Key prefix, i
         if (lane == 0) s.bins[d] = total;
     }
     __syncthreads();
+}
+
+// Counts the key in its digit at `shift` if its digits above it are `prefix`'s. A column per
+// lane: the 32 atomics of a warp never share an address, whatever the data (logits crowd into a
+// few exponents: few digits in the first round).
+__device__ inline void count_key(Key key, Key prefix, int shift, TopkShared& s) {
+    const Key chosen = ~Key{0} << (shift + 8);  // the digits above this round's
+    if ((key & chosen) == prefix)
+        atomicAdd(&s.counts[((key >> shift) & 0xFF) * kLanes + threadIdx.x % kLanes], 1u);
+}
+
+// One round of the select over the tokens [begin, end): the histogram, by their digit at
+// `shift`, of the keys whose digits above it are `prefix`'s. Each digit's total lands in s.bins.
+__device__ void count_digits(const float* row, int begin, int end, Key prefix, int shift,
+                             TopkShared& s) {
+    for (int i = threadIdx.x; i < kBins * kLanes; i += kBlock) s.counts[i] = 0;
+    __syncthreads();
+    for_each_key(row, begin, end, [&](Key key) { count_key(key, prefix, shift, s); });
+    __syncthreads();
+    add_up_columns(s);
 }
 
 // The digit at which the count from the top digit down, plus `above` (the keys above the
@@ -151,32 +159,40 @@ __device__ Key select_threshold(const float* row, int vocab, int k, TopkShared& 
     return prefix;
 }
 
-// The k keys of s.candidates (in any order) sorted, largest first, and written out as values and
-// indices. Its first barrier also ends the block's writes of the candidates.
-__device__ void sort_and_write(int k, float* values, int* indices, TopkShared& s) {
-    // Bitonic sort, largest first, over a power of two: the places past k hold 0, below every
-    // key (the smallest, -inf's, is above 2^46).
-    int size = 1;
-    while (size < k) size *= 2;
-    for (int j = k + threadIdx.x; j < size; j += kBlock) s.candidates[j] = 0;
-    __syncthreads();
-    for (int width = 2; width <= size; width *= 2) {
-        for (int stride = width / 2; stride > 0; stride /= 2) {
-            // Pair j compares a and a + stride, a with its `stride` bit clear; runs of `width`
-            // alternate direction (descending where a's `width` bit is clear), so that each
-            // merge finds two runs of opposite order. The last merge (width = size) descends.
-            for (int j = threadIdx.x; j < size / 2; j += kBlock) {
-                const int a = 2 * j - (j & (stride - 1));
-                const int b = a + stride;
-                const Key x = s.candidates[a], y = s.candidates[b];
-                if ((x < y) == ((a & width) == 0)) {
-                    s.candidates[a] = y;
-                    s.candidates[b] = x;
-                }
-            }
-            __syncthreads();
+// One step of the bitonic sort of s.candidates[0, size): pair j compares a and a + stride, a with
+// its `stride` bit clear; runs of `width` alternate direction (descending where a's `width` bit is
+// clear), so that each merge finds two runs of opposite order. The last merge (width = size)
+// descends.
+__device__ void bitonic_step(int size, int width, int stride, TopkShared& s) {
+    for (int j = threadIdx.x; j < size / 2; j += kBlock) {
+        const int a = 2 * j - (j & (stride - 1));
+        const int b = a + stride;
+        const Key x = s.candidates[a], y = s.candidates[b];
+        if ((x < y) == ((a & width) == 0)) {
+            s.candidates[a] = y;
+            s.candidates[b] = x;
         }
     }
+    __syncthreads();
+}
+
+// The first `count` keys of s.candidates (in any order) sorted, largest first. Its first barrier
+// also ends the block's writes of the candidates.
+__device__ void sort_keys(int count, TopkShared& s) {
+    // Bitonic sort, largest first, over a power of two: the places past count hold 0, below every
+    // key (the smallest, -inf's, is above 2^46).
+    int size = 1;
+    while (size < count) size *= 2;
+    for (int j = count + threadIdx.x; j < size; j += kBlock) s.candidates[j] = 0;
+    __syncthreads();
+    for (int width = 2; width <= size; width *= 2)
+        for (int stride = width / 2; stride > 0; stride /= 2) bitonic_step(size, width, stride, s);
+}
+
+// The k keys of s.candidates (in any order) sorted, largest first, and written out as values and
+// indices.
+__device__ void sort_and_write(int k, float* values, int* indices, TopkShared& s) {
+    sort_keys(k, s);
     for (int j = threadIdx.x; j < k; j += kBlock) {
         values[j] = value_of(s.candidates[j]);
         indices[j] = index_of(s.candidates[j]);

@@ -167,6 +167,9 @@ TEST_F(TopK, Ties) {
     check_case({4, 1000, 100, Logits::ties}, rng);
     check_case({3, 5000, 2048, Logits::ties}, rng);
     check_case({3, 777, 64, Logits::constant}, rng);
+    // One value: the top k are the first k tokens, all in one block's share of a row split over
+    // several blocks.
+    check_case({2, 20000, 2048, Logits::constant}, rng);
     check_case({4, 1000, 300, Logits::extremes}, rng);
 }
 
