@@ -66,6 +66,13 @@ inline int __ffs(unsigned x) { return x == 0 ? 0 : __builtin_ctz(x) + 1; }
 // their bits).
 inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
 inline float __uint_as_float(unsigned u) { float v; std::memcpy(&v, &u, 4); return v; }
+// Byte n of the result is byte (s >> 4 n) & 7 of the pair y:x (x the low four bytes).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long pair = (static_cast<unsigned long long>(y) << 32) | x;
+    unsigned out = 0;
+    for (int n = 0; n < 4; ++n) out |= ((pair >> (8 * ((s >> (4 * n)) & 7))) & 0xFFu) << (8 * n);
+    return out;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> T __ldcs(const T* p) { return *p; }
