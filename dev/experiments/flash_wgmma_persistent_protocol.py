@@ -2,12 +2,15 @@
 
 The persistent kernel's producer runs ahead across work items: Q is reloaded once both consumers'
 last S of an item has read it (q_empty), and the ring of K/V stages goes on from one item's tiles
-to the next's, stage and parity counted over all items. This model plays the producer thread, the
-two consumer warpgroups (one agent each: an arrive counts for the warpgroup's 128 threads) and the
-TMA copies (landing in any order, at any time) in random orders, with mbarriers as PTX defines
-them (a phase completes when its arrivals and its transaction bytes are in; try_wait.parity p
-passes once the phase of parity p has completed), and checks that every S reads the item's Q and
-the tile's K, every P V the tile's V, that nothing deadlocks and that every item ends.
+to the next's, stage and parity counted over all items. A block's first item is blockIdx.x, the
+next ones come from a counter shared by the blocks (atomicAdd), handed to the consumers in shared
+memory (round_item) with the Q tile's barrier; an item past the end tells them to leave. This
+model plays every block's producer thread and two consumer warpgroups (one agent each: an arrive
+counts for the warpgroup's 128 threads) and the TMA copies (landing in any order, at any time) in
+random orders, with mbarriers as PTX defines them (a phase completes when its arrivals and its
+transaction bytes are in; try_wait.parity p passes once the phase of parity p has completed), and
+checks that every S reads its item's Q and its tile's K, every P V its tile's V, that nothing
+deadlocks, and that every item is done exactly once.
 
     python3 dev/experiments/flash_wgmma_persistent_protocol.py          # the kernel's protocol
     python3 dev/experiments/flash_wgmma_persistent_protocol.py --mutant # Q released after the
@@ -43,60 +46,73 @@ class Barrier:
         return self.phase % 2 != parity
 
 
-def block(b, grid, tiles, rng, release_after_first):
-    """One block's items (work_item's snake) under one random interleaving; returns items done."""
-    def work_item(r):
-        return r * grid + (b if r % 2 == 0 else grid - 1 - b)
+def launch(grid, tiles, rng, release_after_first):
+    """One launch of `grid` blocks over the items (their key-tile counts) under one random
+    interleaving of every agent; returns the items done, in the order they were finished."""
+    items, counter, done, agents, in_flight = len(tiles), [0], [], [], []
 
-    q_full, q_empty = Barrier(1), Barrier(2)
-    full = [Barrier(1) for _ in range(STAGES)]
-    empty = [Barrier(2) for _ in range(STAGES)]
-    q_tile, stages, in_flight, done = [None], [None] * STAGES, [], []
+    def make_block(b):
+        q_full, q_empty = Barrier(1), Barrier(2)
+        full = [Barrier(1) for _ in range(STAGES)]
+        empty = [Barrier(2) for _ in range(STAGES)]
+        q_tile, stages, round_item = [None], [None] * STAGES, [None]
 
-    def producer():
-        issued, r = 0, 0
-        while work_item(r) < len(tiles):
-            item = work_item(r)
-            while not q_empty.passed((r % 2) ^ 1):
-                yield
-            q_full.arrive(tx=1)
-            in_flight.append((None, item, q_full))
-            for tile in range(tiles[item]):
-                stage = issued % STAGES
-                while not empty[stage].passed((issued // STAGES % 2) ^ 1):
+        def producer():
+            issued, item, r = 0, b, 0
+            while True:
+                while not q_empty.passed((r % 2) ^ 1):
                     yield
-                full[stage].arrive(tx=1)
-                in_flight.append((stage, (item, tile), full[stage]))
-                issued += 1
-            r += 1
-
-    def consumer():
-        used, r = 0, 0
-        while work_item(r) < len(tiles):
-            item = work_item(r)
-            while not q_full.passed(r % 2):
+                round_item[0] = item
+                if item >= items:
+                    q_full.arrive()
+                    return
+                q_full.arrive(tx=1)
+                in_flight.append((q_tile, None, item, q_full))
+                nxt = grid + counter[0]  # atomicAdd: one step, no other agent in between
+                counter[0] += 1
                 yield
-            for tile in range(tiles[item]):
-                stage = used % STAGES
-                while not full[stage].passed(used // STAGES % 2):
+                for tile in range(tiles[item]):
+                    stage = issued % STAGES
+                    while not empty[stage].passed((issued // STAGES % 2) ^ 1):
+                        yield
+                    full[stage].arrive(tx=1)
+                    in_flight.append((stages, stage, (item, tile), full[stage]))
+                    issued += 1
+                item, r = nxt, r + 1
+
+        def consumer(c):
+            used, r = 0, 0
+            while True:
+                while not q_full.passed(r % 2):
                     yield
-                assert q_tile[0] == item, f"S read item {q_tile[0]}'s Q for item {item}"
-                assert stages[stage] == (item, tile), f"S read {stages[stage]}, not {item, tile}"
+                item = round_item[0]
+                if item >= items:
+                    return
+                for tile in range(tiles[item]):
+                    stage = used % STAGES
+                    while not full[stage].passed(used // STAGES % 2):
+                        yield
+                    assert q_tile[0] == item, f"S read item {q_tile[0]}'s Q for item {item}"
+                    assert stages[stage] == (item, tile), f"S read {stages[stage]}"
+                    yield
+                    if tile == (0 if release_after_first else tiles[item] - 1):
+                        q_empty.arrive()
+                    yield
+                    assert stages[stage] == (item, tile), f"P V read {stages[stage]}"
+                    empty[stage].arrive()
+                    used += 1
+                if c == 0:
+                    done.append(item)
                 yield
-                if tile == (0 if release_after_first else tiles[item] - 1):
-                    q_empty.arrive()
-                yield
-                assert stages[stage] == (item, tile), f"P V read {stages[stage]}"
-                empty[stage].arrive()
-                used += 1
-            done.append(item)
-            yield
-            r += 1
+                r += 1
 
-    agents = [producer(), consumer(), consumer()]
-    for _ in range(10**6):
+        return [producer(), consumer(0), consumer(1)]
+
+    for b in range(grid):
+        agents += make_block(b)
+    for _ in range(10**7):
         if not agents and not in_flight:
-            return len(done) // 2
+            return done
         k = rng.randrange(len(agents) + bool(in_flight))
         if k < len(agents):
             try:
@@ -104,17 +120,14 @@ def block(b, grid, tiles, rng, release_after_first):
             except StopIteration:
                 agents.pop(k)
         else:
-            stage, value, barrier = in_flight.pop(rng.randrange(len(in_flight)))
-            if stage is None:
-                q_tile[0] = value
-            else:
-                stages[stage] = value
+            buffer, slot, value, barrier = in_flight.pop(rng.randrange(len(in_flight)))
+            buffer[0 if slot is None else slot] = value
             barrier.land()
     raise AssertionError("deadlock")
 
 
 def main():
-    mutant = "--mutant" in sys.argv
+    mutant = "--mutant" in sys.argv  # the planted bug q_tile_released_after_the_first_scores
     runs = 0
     # (query tiles, heads, causal, SMs): the trainer's shape last, small grids for long blocks.
     for q_tiles, heads, causal, sms in [(8, 12, True, 13), (8, 12, True, 7), (3, 5, False, 4),
@@ -123,9 +136,8 @@ def main():
         tiles = [(q_tiles - i // heads if causal else q_tiles) for i in range(q_tiles * heads)]
         grid = min(sms, len(tiles))
         for seed in range(20 if len(tiles) < 500 else 2):
-            rng = random.Random(seed)
-            items = sum(block(b, grid, tiles, rng, mutant) for b in range(grid))
-            assert items == len(tiles), f"{items} of {len(tiles)} items done"
+            done = launch(grid, tiles, random.Random(seed), mutant)
+            assert sorted(done) == list(range(len(tiles))), "an item missed or done twice"
             runs += 1
     print(f"ok: {runs} random interleavings, every S and P V read its own tiles, no deadlock")
 

@@ -1,19 +1,25 @@
 // 07_attention/flash_wgmma_fast: flash_wgmma.cu made persistent, for short sequences. Fast
 // reference (the readable one is flash_wgmma.cu).
 //
-// Teaches: what a block's start and end cost when it has little to do. At the GPT trainer's shape
-// (T 1024, causal) a block of the readable kernel visits 1 to 8 K/V tiles; its barriers' set-up,
-// the wait for its Q tile and first K/V tile, and its output's stores (during which the SM's
-// tensor cores idle) come 12 times per SM. Here one block per SM (the grid is the SM count) loops
-// over (query tile, head) work items, and its producer runs ahead across them: once both
-// consumers' last S = Q K^T of an item is done (a q_empty mbarrier, the Q tile's "empty" as the
-// ring's stages have), it loads the next item's Q, and the ring's stages go on from one item's
-// K/V tiles to the next's, so the next item's first tiles land while the consumers finish the
-// last one and store its output. The ring's stage and parity follow a count of the tiles over
-// all items, the Q barriers' parity the count of items. Items run heaviest first (the query tiles
-// that see the most keys), dealt out to the blocks in a snake (round r forward, round r + 1
-// backward), which evens out the blocks' work as the hardware's first-free-SM order did. The
-// kernel's products, softmax and layout are the readable one's.
+// Teaches: what a block's start and end cost when it has little to do, and the order of the work.
+// At the GPT trainer's shape (T 1024, causal) a block of the readable kernel visits 1 to 8 K/V
+// tiles; its barriers' set-up, the wait for its Q tile and first K/V tile, and its output's stores
+// (during which the SM's tensor cores idle) come 12 times per SM. Here one block per SM (the grid
+// is the SM count) loops over (query tile, head) work items, and its producer runs ahead across
+// them: once both consumers' last S = Q K^T of an item is done (a q_empty mbarrier, the Q tile's
+// "empty" as the ring's stages have), it loads the next item's Q, and the ring's stages go on from
+// one item's K/V tiles to the next's, so the next item's first tiles land while the consumers
+// finish the last one and store its output. The ring's stage and parity follow a count of the
+// tiles over all items, the Q barriers' parity the count of items. A block's first item is its
+// own (blockIdx.x); the producer takes each next one from a counter in global memory
+// (atomicAdd: the first free block takes the next item, as the hardware hands out blocks) and
+// passes it to the consumers in shared memory with the Q tile's barrier. The items' order: heads
+// in sections whose K and V fit in L2 with room to spare, and within a section the heaviest query
+// tiles (causal: the last ones, which see every key) of all its heads first. Heaviest first over
+// a section, not within a head as in the readable kernel, evens out the SMs' work (at the
+// trainer's shape 53 tile-units on the busiest SM against 57, the perfect share 52.4); sections
+// keep the heads read at one time few enough that their K and V stay in L2. The kernel's
+// products, softmax and layout are the readable one's.
 //
 // Run:  grader run 07/flash_wgmma --solutions    (the "flash_wgmma (fast)" row; a Hopper GPU)
 // Contract: flash_wgmma.h   Instructions: hopper_attention.h   Notes: notes/07_attention.md
@@ -44,6 +50,13 @@ constexpr int kScores = kWgmmaM * kBlockN / kWarpgroupThreads;  // S's accumulat
 // warpgroup keeps 24, each consumer thread gets 240 (S's 64 accumulators, O's up to 64, the rest).
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
+// The K and V of the heads read at one time (a section's) kept to a third of an H100's 50 MB L2:
+// the rest holds the Q tiles, the outputs and what other SMs read of the section's heads.
+constexpr long long kSectionBytes = 16LL << 20;
+
+// Items taken after the blocks' first ones, one counter per device (launches on one stream: the
+// launcher zeroes it before each).
+__device__ int items_taken;
 
 // Shared memory of one block, in bytes from a 1024-byte boundary. Every tile is stored as chunks
 // of 64 columns (128-byte rows, TMA's 128-byte swizzle): the Q tile (kBlockM rows), kStages K and
@@ -110,27 +123,24 @@ __device__ void issue_output(float (&o)[kD / 2], std::uint32_t p_tile, std::uint
     hopper::wgmma_commit();
 }
 
-// One block's share of the work: in round r (its r-th item) item r * gridDim.x + b, b = blockIdx.x
-// in even rounds and gridDim.x - 1 - blockIdx.x in odd ones. Every item of round r + 1 is numbered
-// past every item of round r, so the first item past the end ends the loop.
-__device__ int work_item(int round) {
-    const int b = round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
-    return round * gridDim.x + b;
-}
-
-// A work item: a head and its tile of kBlockM query rows. Items are numbered by query tile, the
+// A work item: a head and its tile of kBlockM query rows. Items are numbered section by section
+// (section_heads heads each, the last one what is left), and within a section by query tile, the
 // heaviest first (causal: the last query tile, which sees every key), then by head.
 struct Work {
     int head, q0, key_tiles;
 };
-__device__ Work work(int item, int heads_total, int T, bool causal) {
-    const int level = item / heads_total;
-    const int q_block = causal ? course::ceil_div(T, kBlockM) - 1 - level : level;
+__device__ Work work(int item, int heads_total, int section_heads, int T, bool causal) {
+    const int q_tiles = course::ceil_div(T, kBlockM);
+    const int section = item / (section_heads * q_tiles);  // every section before it is whole
+    const int first_head = section * section_heads, in_section = item % (section_heads * q_tiles);
+    const int heads = min(section_heads, heads_total - first_head);
+    const int level = in_section / heads;
+    const int q_block = causal ? q_tiles - 1 - level : level;
     const int q0 = q_block * kBlockM;
     // Key tiles to visit: all of them, or (causal) up to the one holding the tile's last query.
     const int key_tiles =
         causal ? course::ceil_div(min(T, q0 + kBlockM), kBlockN) : course::ceil_div(T, kBlockN);
-    return {item % heads_total, q0, key_tiles};
+    return {first_head + in_section % heads, q0, key_tiles};
 }
 
 #endif
@@ -140,12 +150,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     flash_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
                        const __grid_constant__ CUtensorMap k_map,
                        const __grid_constant__ CUtensorMap v_map, __nv_bfloat16* __restrict__ O,
-                       float* __restrict__ L, int heads_total, int T, float scale, bool causal) {
+                       float* __restrict__ L, int* __restrict__ next_item, int heads_total,
+                       int section_heads, int T, float scale, bool causal) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = Smem<kD>;
     extern __shared__ __align__(1024) unsigned char shared_raw[];
-    __shared__ std::uint64_t q_full;          // phase r done: round r's Q tile has landed
+    __shared__ std::uint64_t q_full;          // phase r done: round r's item and Q tile are in
     __shared__ std::uint64_t q_empty;         // phase r done: round r's last S has read Q
+    __shared__ int round_item;                // the item of the round in progress (items: none)
     __shared__ std::uint64_t full[kStages];   // phase done: the stage's K and V have landed
     __shared__ std::uint64_t empty[kStages];  // phase done: every consumer is done with it
     // TMA's 128-byte swizzle and the descriptors' base offset 0 need tiles on 1024 bytes.
@@ -178,16 +190,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::set_registers_decrease<kProducerRegisters>();
         if (threadIdx.x == 0) {
             int issued = 0;  // K/V tiles issued over all items: tile n goes to stage n % kStages
-            for (int round = 0; work_item(round) < items; ++round) {
-                const Work w = work(work_item(round), heads_total, T, causal);
-                const int row = w.head * T;
-                // Round r's Q waits for the consumers' last S of round r - 1 (parity (r % 2) ^ 1:
-                // in round 0 the phase "before the first", complete).
+            int item = blockIdx.x;  // the first item is the block's own, the next ones taken
+            for (int round = 0;; ++round) {
+                // Round r's item and Q wait for the consumers' last S of round r - 1, after which
+                // they no longer read round_item either (parity (r % 2) ^ 1: in round 0 the phase
+                // "before the first", complete). The arrive on q_full publishes round_item.
                 hopper::mbarrier_wait(&q_empty, (round % 2) ^ 1);
+                round_item = item;
+                if (item >= items) {  // no work left: the consumers leave too
+                    hopper::mbarrier_arrive(&q_full);
+                    break;
+                }
+                const Work w = work(item, heads_total, section_heads, T, causal);
+                const int row = w.head * T;
                 hopper::mbarrier_arrive_expect_tx(&q_full, S::kQBytes);
                 for (int c = 0; c < S::kChunks; ++c)
                     hopper::tma_load_2d(q_tile + c * kBlockM * 128, &q_map, c * kChunkCols,
                                         row + w.q0, &q_full);
+                // The next item, taken now: the atomic's round trip passes while this item's K/V
+                // copies wait for free stages. Items 0 .. gridDim.x - 1 are the blocks' first.
+                const int next = gridDim.x + atomicAdd(next_item, 1);
                 for (int tile = 0; tile < w.key_tiles; ++tile, ++issued) {
                     const int stage = issued % kStages;
                     // Pass p through the ring waits for the consumers' release of pass p - 1:
@@ -202,6 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                             c * kChunkCols, row + tile * kBlockN, &full[stage]);
                     }
                 }
+                item = next;
             }
         }
         return;
@@ -222,14 +245,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float scale_log2 = scale * kLog2e;  // exp(scale * x) = exp2(scale_log2 * x)
 
     int used = 0;  // K/V tiles used over all items, counted as the producer counts them
-    for (int round = 0; work_item(round) < items; ++round) {
-        const Work w = work(work_item(round), heads_total, T, causal);
+    for (int round = 0;; ++round) {
+        hopper::mbarrier_wait(&q_full, round % 2);  // the round's item, and its Q tile
+        const int item = round_item;
+        if (item >= items) break;
+        const Work w = work(item, heads_total, section_heads, T, causal);
         const int row0 = w.q0 + consumer * kWgmmaM + warp * 16;  // this warp's first query row
         float o[kD / 2] = {};                                    // O's accumulators: 64 rows x kD
         float row_max[2] = {-INFINITY, -INFINITY};  // raw-score maxima of rows g and g + 8
         float row_sum[2] = {0.0f, 0.0f};  // this thread's part of the sums of exp (4 lanes per row)
 
-        hopper::mbarrier_wait(&q_full, round % 2);
         for (int tile = 0; tile < w.key_tiles; ++tile, ++used) {
             const int stage = used % kStages;
             hopper::mbarrier_wait(&full[stage], used / kStages % 2);  // K and V have landed
@@ -363,8 +388,16 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
     // One block per SM (the shared memory and registers hold one), or one per item if fewer.
     const int sms = course::multiprocessor_count();
     const int items = course::ceil_div(T, kBlockM) * heads_total;
-    kernel<<<std::min(items, sms), kThreads, Smem<kD>::kBytes>>>(q_map, k_map, v_map, O, L,
-                                                                 heads_total, T, scale, causal);
+    // Heads per section: their K and V (2 T kD bf16 each) within kSectionBytes.
+    const long long head_bytes = 2LL * T * kD * 2;
+    const int section_heads =
+        static_cast<int>(std::clamp<long long>(kSectionBytes / head_bytes, 1, heads_total));
+    // The counter of items taken after the blocks' first, zeroed in stream order before each call.
+    int* next_item = nullptr;
+    CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&next_item), items_taken));
+    CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int)));
+    kernel<<<std::min(items, sms), kThreads, Smem<kD>::kBytes>>>(
+        q_map, k_map, v_map, O, L, next_item, heads_total, section_heads, T, scale, causal);
     CUDA_CHECK_LAUNCH();
 }
 
