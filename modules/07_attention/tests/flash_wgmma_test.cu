@@ -7,8 +7,9 @@
 // maximum); each case run twice (the same bits both times: a stage read before its copies landed,
 // or a P tile read before every warp stored it, shows as a race); 65535 heads; one head long
 // enough that its T x T scores would not fit in this GPU's memory, even in bf16. Then the FLOP
-// rate at B 4, H 16, T 4096, D 64 and 128, causal and not, next to cuDNN's fused attention (else
-// cuBLAS's materialized bf16 attention), timed in the same run.
+// rate at B 4, H 16, T 4096, D 64 and 128, causal and not (the judged cases), and at the GPT
+// trainer's shape (B 16, H 12, T 1024, D 64, causal: shown, not judged), next to cuDNN's fused
+// attention (else cuBLAS's materialized bf16 attention), timed in the same run.
 // Skips on any GPU but compute capability 9.0 (wgmma, TMA and setmaxnreg exist in sm_90a code
 // only), where this build's device code is not sm_90a, and in a tree that also builds for sm_75
 // (its tensor-core inputs are fp16: course/tensor_element.h; this contract is bf16).
@@ -93,27 +94,35 @@ TEST_F(FlashWgmma, NoScoresBuffer) {
     no_scores_buffer<std::uint16_t>(kFlashWgmma, true, rng);
 }
 
-void rate(std::size_t D, bool causal, course::Rng& rng) {
-    const Case c = timed_case(D, causal);
+void rate(const Case& c, course::Rng& rng) {
     COURSE_REQUIRE_MEMORY(2 * scores_bytes(c) + timed_forward_bytes(c));
     time_forward<std::uint16_t>(kFlashWgmma, kBaselines, c, rng);
 }
 
 TEST_F(FlashWgmma, RateD64) {
     auto rng = test_rng();
-    rate(64, false, rng);
+    rate(timed_case(64, false), rng);
 }
 TEST_F(FlashWgmma, RateD64Causal) {
     auto rng = test_rng();
-    rate(64, true, rng);
+    rate(timed_case(64, true), rng);
 }
 TEST_F(FlashWgmma, RateD128) {
     auto rng = test_rng();
-    rate(128, false, rng);
+    rate(timed_case(128, false), rng);
 }
 TEST_F(FlashWgmma, RateD128Causal) {
     auto rng = test_rng();
-    rate(128, true, rng);
+    rate(timed_case(128, true), rng);
+}
+
+// The GPT trainer's attention (GPT-2 124M at its batch: 12 heads of 64, T 1024, causal): short
+// rows, so a tile of 128 queries visits 1 to 8 key tiles, and what a kernel does once per query
+// tile (its barriers, the Q tile's and first K/V tile's latency, the output's stores) weighs more
+// than at T 4096. Shown beside the judged cases (module.toml's case_targets leave it out).
+TEST_F(FlashWgmma, RateTrainerShape) {
+    auto rng = test_rng();
+    rate(Case{{16, 12, 1024, 64}, true}, rng);
 }
 
 }  // namespace
