@@ -1,20 +1,21 @@
-// 09_quantization/gemv_w4a16_fast: y = W x at decode time with INT4 weights, on the tensor cores.
-// Fast reference: the readable solution (gemv_w4a16.cu, included below) plus what it leaves on
-// the table at one token.
+// 09_quantization/gemv_w4a16_fast: y = W x at decode time with INT4 weights, on the tensor cores
+// from two tokens on. Fast reference: the readable solution (gemv_w4a16.cu, included below) plus
+// what it leaves on the table for a batch of tokens.
 //
-// Teaches: at one token the readable kernel spends four instructions a nibble on the CUDA cores
-// (two to make it a float, the multiply-add, a share of x's conversion), 8 us of issue at
-// N = K = 8192 against 11 us of reading, and each step's loads of W wait behind x's tile and two
-// barriers. Here the products go to the tensor cores: a warp multiplies 16 rows of W (A) by up
-// to 8 tokens (B's columns; 9 to 16 take two mma), and a pair of nibbles becomes a bf16 pair in
-// three instructions (gemm_w4a16's trick). A dot product does not care in which order its k
+// Teaches: for a batch of tokens the readable kernel does every token's multiply-adds on the CUDA
+// cores, four instructions a nibble and token (7.8% of the copy at 16 tokens on an H100). Here
+// the products go to the tensor cores: a warp multiplies 16 rows of W (A) by up to 8 tokens (B's
+// columns; 9 to 16 take two mma), and a pair of nibbles becomes a bf16 pair in three
+// instructions (gemm_w4a16's trick): 27.7% of the copy at 16 tokens. At one token 7 of B's 8
+// columns are zeros and the tensor-core path measured 48.6-51.9% against the readable kernel's
+// 53%: one token takes the readable kernel. A dot product does not care in which order its k
 // come: a lane's 16 bytes of a row (32 consecutive k, a quarter of a group) go into the A
 // fragment as they are, and B takes x at the same k from 16 bytes of x, so W needs no tiling
 // pass. No barrier in the loop: each lane streams its own 16-byte pieces of W and their scales
 // into a ring of shared memory with cp.async, 3 groups ahead of its arithmetic (96 bytes a
 // lane, 96 KB an SM in flight), and reads back only what it copied itself; x comes through L1;
 // the 8 warps of a block split K and add up their sums through shared memory once, at the end.
-// GPUs without bf16 tensor cores (a T4) take the readable solution's path. The module README
+// GPUs without bf16 tensor cores (a T4) take the readable solution's path for every batch. The module README
 // compares the two.
 //
 // Run:  grader run 09/gemv_w4a16 --solutions     (the "gemv_w4a16 (fast)" row)
@@ -222,8 +223,10 @@ void launch(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* W, 
 void gemv_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* W,
                 const float* scales, float* y) {
     // bf16 mma.sync needs device code for sm_80 or newer (tensor_core.h compiles it to a trap
-    // below): a build for a T4 runs the readable kernel.
-    if (course::compiled_arch(gemv_w4a16_fast_kernel<1>) < 80)
+    // below): a build for a T4 runs the readable kernel. So does one token, where the mma's
+    // other 7 columns are zeros: the readable kernel was the faster there (H100: 53.0% of the
+    // copy against 48.6%, dev/tuning/09_quantization.md).
+    if (M == 1 || course::compiled_arch(gemv_w4a16_fast_kernel<1>) < 80)
         readable::gemv_w4a16(M, N, K, x, W, scales, y);
     else if (M <= 8)
         launch<1>(M, N, K, x, W, scales, y);

@@ -362,32 +362,40 @@ inline void time_against_cublas(const Launcher& run, Format format, std::size_t 
 
 // N = 2^20 rows (the contract's most) of K values, made on the device from a hash: row 2^19 starts
 // past byte 2^31 (INT8, K = 4096) or past nibble 2^32 (INT4, K = 8192), where 32-bit offsets
-// overflow. One token; y is compared on rows at the start, around those rows and at the end.
+// overflow. Two tokens, so that a kernel with a path of its own for a batch (a fast one on the
+// tensor cores from two tokens on) runs it here too; y is compared on rows at the start, around
+// those rows and at the end, for both tokens.
 inline void check_past_int_range(const Launcher& run, Format format, course::Rng rng) {
+    constexpr std::size_t M = 2;
     const std::size_t N = std::size_t{1} << 20, K = format == Format::int8 ? 4096 : 8192;
     const std::size_t bytes = format == Format::int8 ? N * K : N * K / 2;
     const std::size_t scale_count = format == Format::int8 ? N : N * K / kInt4Group;
-    COURSE_LARGE_CASE(bytes + 4 * scale_count + 8 * N + (64u << 20));
-    SCOPED_TRACE(quant::shape_label(1, N, K) + ", W made on the device");
+    COURSE_LARGE_CASE(bytes + 4 * scale_count + 8 * M * N + (64u << 20));
+    SCOPED_TRACE(quant::shape_label(M, N, K) + ", W made on the device");
     const std::uint64_t seed = rng.next_u64(), scale_seed = rng.next_u64();
-    const quant::Bf16Matrix x = quant::to_bf16(course::random_floats(K, -1.0f, 1.0f, rng));
+    const quant::Bf16Matrix x = quant::to_bf16(course::random_floats(M * K, -1.0f, 1.0f, rng));
     course::DeviceBuffer<std::uint16_t> d_x("x", x.bits);
     course::DeviceBuffer<std::uint8_t> d_W("W", bytes);
-    course::DeviceBuffer<float> d_scales("scales", scale_count), d_y("y", N);
+    course::DeviceBuffer<float> d_scales("scales", scale_count), d_y("y", M * N);
     course::fill_bytes(d_W.data(), bytes, seed);
     course::fill_uniform(d_scales.data(), scale_count, scale_seed, 1e-3f, 1e-2f);
 
     course::run_large_case([&] {
-        run(1, static_cast<int>(N), static_cast<int>(K), quant::as_bf16(d_x), d_W.data(),
-            d_scales.data(), d_y.data());
+        run(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), quant::as_bf16(d_x),
+            d_W.data(), d_scales.data(), d_y.data());
     });
 
     // Rows 0 .., the rows around 2^19 (the first past 2^31 bytes or 2^32 nibbles), the last ones.
-    const std::vector<course::Window> windows{{0, 64}, {(N / 2) - 32, 64}, {N - 64, 64}};
+    std::vector<course::Window> windows;
+    for (std::size_t m = 0; m < M; ++m)
+        for (const std::size_t first : {std::size_t{0}, N / 2 - 32, N - 64})
+            windows.push_back({m * N + first, 64});
+    // A window of y's rows [m][n] at m * N + n: token m = first / N, rows n from first % N.
     const auto reference = [&](const course::Window& win) {
         std::vector<double> y(win.count);
+        const std::size_t m = win.first / N;
         for (std::size_t i = 0; i < win.count; ++i) {
-            const std::size_t n = win.first + i;
+            const std::size_t n = win.first % N + i;
             double sum = 0.0;
             for (std::size_t k = 0; k < K; ++k) {
                 float value;
@@ -402,7 +410,7 @@ inline void check_past_int_range(const Launcher& run, Format format, course::Rng
                             course::hashed::uniform(n * (K / kInt4Group) + k / kInt4Group,
                                                     scale_seed, 1e-3f, 1e-2f);
                 }
-                sum += static_cast<double>(x.values[k]) * value;
+                sum += static_cast<double>(x.values[m * K + k]) * value;
             }
             y[i] = sum;
         }
@@ -412,7 +420,7 @@ inline void check_past_int_range(const Launcher& run, Format format, course::Rng
     const auto tol = tolerance(K, format == Format::int8 ? 0.4 : 0.03);
     std::vector<float> got;
     std::vector<double> want;
-    course::CompareOptions options{"y (index = row of W)"};
+    course::CompareOptions options{"y (index = token * N + row of W)"};
     for (const course::Window& win : windows) {
         const auto part = d_y.download(win.first, win.count);
         const auto expected = reference(win);
@@ -425,7 +433,7 @@ inline void check_past_int_range(const Launcher& run, Format format, course::Rng
         std::size_t first_wrong = N;
         for (std::size_t i = 0; i < got.size(); ++i)
             if (!tol.accepts(got[i], want[i]))
-                first_wrong = std::min(first_wrong, options.indices[i]);
+                first_wrong = std::min(first_wrong, options.indices[i] % N);
         if (first_wrong < 64) return std::string();
         return "y is right in the first rows and wrong from row " + std::to_string(first_wrong) +
                " on, where n * K (" + std::to_string(first_wrong * K) +
