@@ -20,16 +20,21 @@
 constexpr int kBlock = 128;
 constexpr int kWarps = kBlock / 32;
 // Blocks an SM runs at once in a wave: 8 of 128 threads fit every GPU from the T4 on (1024
-// threads per SM there; an H100 holds 10 at this kernel's registers), and 8 x 128 lanes x 8
-// loads of 16 bytes are 128 KB in flight per SM, several times what its share of DRAM needs.
+// threads per SM there), and 8 x 128 lanes x 8 loads of 16 bytes are 128 KB in flight per SM,
+// several times what its share of DRAM needs. The kernel's __launch_bounds__ hold the compiler to
+// the registers that let kBlocksPerSm blocks share an SM (64 a thread at 8), so that the wave
+// fits.
 constexpr int kBlocksPerSm = 8;
-// The fewest keys of a split: one pass of the block over D = 64 (16 keys side by side, 4 deep),
-// two at D = 128. Shorter chunks would cost a block more in starting and merging than in
-// reading. A chunk is a whole number of them: a split of 497 keys takes as many passes as one of
-// 512, and 64 such splits cover what 66 of 497 do, with fewer states for the merge to read.
-constexpr int kMinKeysPerSplit = 64;
 // Keys whose K and V rows each lane loads before it uses any: 8 loads of 16 bytes in flight.
+// Only if the registers allow it: at 48 registers (no second argument to __launch_bounds__) the
+// compiler (nvcc 13, sm_90) issued 3 of the V loads after the dot products: 5 in flight. More keys
+// (kUnroll 8: 16 loads, 64 registers of data) need fewer blocks an SM (kBlocksPerSm 4 or 5).
 constexpr int kUnroll = 4;
+// The fewest keys of a split: one trip of the block's loop over D = 64 (16 keys side by side,
+// kUnroll deep), two at D = 128. Shorter chunks would cost a block more in starting and merging
+// than in reading. A chunk is a whole number of them: a split of 497 keys takes as many trips as
+// one of 512, and 64 such splits cover what 66 of 497 do, with fewer states for the merge to read.
+constexpr int kMinKeysPerSplit = kBlock / (64 / 8) * kUnroll;
 // The merge's loads of o in flight per thread: 16-byte loads of kMergeLoads splits before their
 // sums (2 trips at 64 splits, D = 128).
 constexpr int kMergeLoads = 8;
@@ -123,7 +128,7 @@ __device__ inline void to_floats(const uint4& packed, float* values) {
 // are merged through shared memory at the end, and the block's state goes to the workspace; the
 // last block of the (sequence, head) to get there merges the splits.
 template <int D>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, kBlocksPerSm)
     decode_split_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                         const __nv_bfloat16* v_cache, const int* lengths, __nv_bfloat16* out,
                         float* lse, float* workspace, int heads, int kv_heads, int capacity,
