@@ -3,22 +3,22 @@
 // included below).
 //
 // Teaches: FlashAttention-3's way out of dQ's atomics. The readable kernel's consumer at dQ sends
-// 32 float2 atomics per thread and query tile (D 128): 4096 per tile, each a separate request to
-// L2 that the SM's load/store unit issues while the other consumer's wgmma wait for it, and the
-// atomics of a warp cover 8 rows, 32 bytes of each: a quarter of a 128-byte line per request. Here
-// that consumer writes scale * dQ (64 queries x D floats) to a shared tile, laid out as TMA's
-// 128-byte swizzle lays out boxes of 32 floats (conflict-free float2 stores), then
-// fence.proxy.async (the tile was written by the generic proxy, TMA reads it through the async
-// one) and a barrier of its warpgroup, and one thread hands the whole tile to TMA:
-// cp.reduce.async.bulk.tensor ... .add, one instruction per box of 64 rows x 32 floats (D / 32 of
-// them), which adds it into dQ in L2 in whole lines, asynchronously. A 3D tensor map ([heads][T]
-// [D]) clips a box at T: the rows past T of a last tile are not added anywhere. The instructions
-// of one tile form a bulk group; the issuing thread waits until TMA has read the tile
-// (cp.async.bulk.wait_group.read) before the next barrier of both consumers, after which the
-// other consumer, whose turn at dQ is next, overwrites it: one tile serves both, and the wait
-// comes a whole tile's products after the issue, by when the read is long done. D 64 has room
-// for a third Q/dO stage (kStagesAtD64). The products, the softmax, the masks and the producer
-// are the readable solution's.
+// 32 float2 atomics per thread and query tile (D 128): 4096 per tile, issued by its warps before
+// they reach the next barrier of both consumers (so both wait for them), each warp's covering 8
+// rows, 32 bytes of each: a quarter of a 128-byte line per request to L2. Here that consumer writes
+// scale * dQ (64 queries x D floats) to a shared tile, laid out as TMA's 128-byte swizzle lays out
+// boxes of 32 floats (conflict-free float2 stores), then fence.proxy.async (the tile was written by
+// the generic proxy, TMA reads it through the async one) and a barrier of its warpgroup, and one
+// thread hands the whole tile to TMA: cp.reduce.async.bulk.tensor ... .add, one instruction per box
+// of 64 rows x 32 floats (D / 32 of them), which adds it into dQ in L2 in whole lines,
+// asynchronously. A 3D tensor map ([heads][T][D]) clips a box at T: the rows past T of a last tile
+// are not added anywhere. The instructions of one tile form a bulk group; the issuing thread waits
+// until TMA has read the tile (cp.async.bulk.wait_group.read) before the next barrier of both
+// consumers, after which the other consumer, whose turn at dQ is next, overwrites it: at D 128 one
+// tile serves both, and the wait comes a tile's S^T and dP^T after the issue. D 64 has room for a
+// dQ tile per consumer (kDqTilesAtD64: the wait moves to the consumer's own next turn, a tile
+// later) and a third Q/dO stage (kStagesAtD64). The products, the softmax, the masks and the
+// producer are the readable solution's.
 //
 // Run:  grader run 07/flash_wgmma_backward --solutions    (the "(fast)" row; a Hopper GPU)
 // Contract: flash_wgmma_backward.h   Instructions: hopper_attention.h
@@ -43,7 +43,6 @@ namespace readable {
 
 namespace {
 
-using readable::kAStepsPerTile;
 using readable::kBlockM;
 using readable::kBlockN;
 using readable::kChunkCols;
@@ -53,32 +52,38 @@ using readable::kProducerRegisters;
 using readable::kScores;
 using readable::kThreads;
 using readable::kWarpgroupThreads;
-using readable::kWgmmaK;
 using readable::kWgmmaM;
 
-// Q/dO stages in the ring at D 64 (D 128 has no room for more than 2: see Smem).
+// Q/dO stages in the ring and dQ tiles at D 64 (1 or 2: one per consumer); D 128 has room for
+// 2 stages and 1 dQ tile only (see Smem).
 constexpr int kStagesAtD64 = 3;
+constexpr int kDqTilesAtD64 = 2;
 // dQ's shared tile goes to TMA in boxes of 32 floats (128 bytes, the 128-byte swizzle's row) x
 // kBlockM queries.
 constexpr int kDqBoxCols = 32;
 constexpr int kDqBoxBytes = kDqBoxCols * 4 * kBlockM;
 
 // Shared memory of one block, in bytes from a 1024-byte boundary: the readable layout (K, V, the
-// Q/dO stages, the P^T and dS^T tiles), kStages stages, then the dQ tile: D / 32 boxes of kBlockM
-// rows x 128 bytes. D 128: 64 KB K/V + 64 KB Q/dO + 16 KB P^T + 32 KB dS^T + 32 KB dQ = 208 KB, so
-// a third stage (32 KB) or a second dQ tile would pass 227 KB. D 64: 144 KB with the third stage.
+// Q/dO stages, the P^T and dS^T tiles), kStages stages, then kDqTiles dQ tiles, each D / 32 boxes
+// of kBlockM rows x 128 bytes. D 128: 64 KB K/V + 64 KB Q/dO + 16 KB P^T + 32 KB dS^T + 32 KB dQ =
+// 208 KB, so a third stage (32 KB) or a second dQ tile would pass 227 KB. D 64: 160 KB with the
+// third stage and the second dQ tile.
 template <int kD>
 struct Smem : readable::Smem<kD> {
     using Readable = readable::Smem<kD>;
     static constexpr int kStages = kD == 64 ? kStagesAtD64 : 2;
+    static constexpr int kDqTiles = kD == 64 ? kDqTilesAtD64 : 1;
     static constexpr int kDqBoxes = kD / kDqBoxCols;
+    static constexpr int kDqTileBytes = kDqBoxes * kDqBoxBytes;
     static constexpr int kP = Readable::kQ + kStages * 2 * Readable::kQBytes;
     static constexpr int kDS = kP + kConsumers * Readable::kPBytes;
-    static constexpr int kDQ =
-        kDS + 2 * kConsumers * Readable::kPBytes;                       // box b: + b * kDqBoxBytes
-    static constexpr int kBytes = kDQ + kDqBoxes * kDqBoxBytes + 1024;  // + room to align to 1 KB
+    // dQ tile u at kDQ + u * kDqTileBytes, its box b a further b * kDqBoxBytes.
+    static constexpr int kDQ = kDS + 2 * kConsumers * Readable::kPBytes;
+    static constexpr int kBytes = kDQ + kDqTiles * kDqTileBytes + 1024;  // + room to align to 1 KB
 };
 
+static_assert(kDqTilesAtD64 == 1 || kDqTilesAtD64 == kConsumers,
+              "one dQ tile for both consumers, or one each (the tile i % 2 of query tile i)");
 static_assert(kDqBoxCols * 4 == course::kSwizzleRowBytes, "a dQ box row is one swizzled row");
 static_assert(kDqBoxBytes % 1024 == 0, "every dQ box on a 1024-byte boundary (the swizzle's)");
 static_assert(Smem<128>::kBytes <= 227 * 1024 && Smem<64>::kBytes <= 227 * 1024,
@@ -199,7 +204,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto ds_tile = [&](int buffer, int c) {
         return smem + S::kDS + (buffer * kConsumers + c) * S::kPBytes;
     };
-    auto* dq_tile = reinterpret_cast<float*>(smem + S::kDQ);
     L += static_cast<long long>(head) * T;
     delta += static_cast<long long>(head) * T;
     constexpr float kLog2e = 1.4426950408889634f;
@@ -261,9 +265,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                     __floats2bfloat162_rn(dp[4 * n + 2 * h], dp[4 * n + 2 * h + 1]);
             }
         hopper::fence_proxy_async();
-        // The dQ tile's last reduction (this consumer's, a tile or more ago) must have read it
-        // before the other consumer, past this barrier, writes the next tile's dQ there.
-        if (thread == 0) bulk_wait_read();
+        // The last reduction from the dQ tile that is written next (past this barrier) must have
+        // read it: with one tile, this consumer's of a tile ago before the other consumer writes;
+        // with one per consumer (tile i % 2 = the consumer at dQ), this consumer's of two tiles
+        // ago before it writes its own again.
+        if (thread == 0 && (S::kDqTiles == 1 || dq_here)) bulk_wait_read();
         hopper::named_barrier_sync(1, kConsumers * kWarpgroupThreads);
 
         hopper::fence_accumulators(dv);
@@ -295,6 +301,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::fence_accumulators(dq);
         hopper::mbarrier_arrive(&empty[stage]);
 
+        float* const dq_tile =
+            reinterpret_cast<float*>(smem + S::kDQ + i % S::kDqTiles * S::kDqTileBytes);
         // scale * dQ into the shared tile (accumulator 4 n + i: query row warp * 16 + g + 8 (i /
         // 2), d column 8 n + 2 t + i % 2; columns 32 b .. 32 b + 31 in box b) ...
 #pragma unroll
