@@ -1,0 +1,422 @@
+// 07_attention/flash_wgmma_backward_fast: flash_wgmma_backward.cu with dQ added to global memory by
+// the Tensor Memory Accelerator. Fast reference (the readable one is flash_wgmma_backward.cu,
+// included below).
+//
+// Teaches: FlashAttention-3's way out of dQ's atomics. The readable kernel's consumer at dQ sends
+// 32 float2 atomics per thread and query tile (D 128): 4096 per tile, issued by its warps before
+// they reach the next barrier of both consumers (so both wait for them), each warp's covering 8
+// rows, 32 bytes of each: a quarter of a 128-byte line per request to L2. Here that consumer writes
+// scale * dQ (64 queries x D floats) to a shared tile, laid out as TMA's 128-byte swizzle lays out
+// boxes of 32 floats (conflict-free float2 stores), then fence.proxy.async (the tile was written by
+// the generic proxy, TMA reads it through the async one) and a barrier of its warpgroup, and one
+// thread hands the whole tile to TMA: cp.reduce.async.bulk.tensor ... .add, one instruction per box
+// of 64 rows x 32 floats (D / 32 of them), which adds it into dQ in L2 in whole lines,
+// asynchronously. A 3D tensor map ([heads][T][D]) clips a box at T: the rows past T of a last tile
+// are not added anywhere. The instructions of one tile form a bulk group; the issuing thread waits
+// until TMA has read the tile (cp.async.bulk.wait_group.read) before the next barrier of both
+// consumers, after which the other consumer, whose turn at dQ is next, overwrites it: at D 128 one
+// tile serves both, and the wait comes a tile's S^T and dP^T after the issue. D 64 has room for a
+// dQ tile per consumer (kDqTilesAtD64: the wait moves to the consumer's own next turn, a tile
+// later) and a third Q/dO stage (kStagesAtD64). The products, the softmax, the masks and the
+// producer are the readable solution's.
+//
+// Run:  grader run 07/flash_wgmma_backward --solutions    (the "(fast)" row; a Hopper GPU)
+// Contract: flash_wgmma_backward.h   Instructions: hopper_attention.h
+// Notes:    notes/07_attention.md, dev/tuning/07_attention.md
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "course/exercise.h"
+#include "course/gemm_layout.h"
+#include "course/tensor_map.h"
+#include "flash_wgmma_backward.h"
+#include "hopper_attention.h"
+
+// The readable solution, whole: its constants, row_dot_kernel (D_i) and the products' issue
+// functions serve here too. (Every header it includes is included above, so that none of them
+// lands inside the namespace.)
+namespace readable {
+#include "flash_wgmma_backward.cu"
+}  // namespace readable
+
+namespace {
+
+using readable::kBlockM;
+using readable::kBlockN;
+using readable::kChunkCols;
+using readable::kConsumerRegisters;
+using readable::kConsumers;
+using readable::kProducerRegisters;
+using readable::kScores;
+using readable::kThreads;
+using readable::kWarpgroupThreads;
+using readable::kWgmmaM;
+
+// Q/dO stages in the ring and dQ tiles at D 64 (1 or 2: one per consumer); D 128 has room for
+// 2 stages and 1 dQ tile only (see Smem).
+constexpr int kStagesAtD64 = 3;
+constexpr int kDqTilesAtD64 = 2;
+// dQ's shared tile goes to TMA in boxes of 32 floats (128 bytes, the 128-byte swizzle's row) x
+// kBlockM queries.
+constexpr int kDqBoxCols = 32;
+constexpr int kDqBoxBytes = kDqBoxCols * 4 * kBlockM;
+
+// Shared memory of one block, in bytes from a 1024-byte boundary: the readable layout (K, V, the
+// Q/dO stages, the P^T and dS^T tiles), kStages stages, then kDqTiles dQ tiles, each D / 32 boxes
+// of kBlockM rows x 128 bytes. D 128: 64 KB K/V + 64 KB Q/dO + 16 KB P^T + 32 KB dS^T + 32 KB dQ =
+// 208 KB, so a third stage (32 KB) or a second dQ tile would pass 227 KB. D 64: 160 KB with the
+// third stage and the second dQ tile.
+template <int kD>
+struct Smem : readable::Smem<kD> {
+    using Readable = readable::Smem<kD>;
+    static constexpr int kStages = kD == 64 ? kStagesAtD64 : 2;
+    static constexpr int kDqTiles = kD == 64 ? kDqTilesAtD64 : 1;
+    static constexpr int kDqBoxes = kD / kDqBoxCols;
+    static constexpr int kDqTileBytes = kDqBoxes * kDqBoxBytes;
+    static constexpr int kP = Readable::kQ + kStages * 2 * Readable::kQBytes;
+    static constexpr int kDS = kP + kConsumers * Readable::kPBytes;
+    // dQ tile u at kDQ + u * kDqTileBytes, its box b a further b * kDqBoxBytes.
+    static constexpr int kDQ = kDS + 2 * kConsumers * Readable::kPBytes;
+    static constexpr int kBytes = kDQ + kDqTiles * kDqTileBytes + 1024;  // + room to align to 1 KB
+};
+
+static_assert(kDqTilesAtD64 == 1 || kDqTilesAtD64 == kConsumers,
+              "one dQ tile for both consumers, or one each (the tile i % 2 of query tile i)");
+static_assert(kDqBoxCols * 4 == course::kSwizzleRowBytes, "a dQ box row is one swizzled row");
+static_assert(kDqBoxBytes % 1024 == 0, "every dQ box on a 1024-byte boundary (the swizzle's)");
+static_assert(Smem<128>::kBytes <= 227 * 1024 && Smem<64>::kBytes <= 227 * 1024,
+              "an H100 block has 227 KB of shared memory");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Offset in floats of (row, col) in a dQ box: rows of 32 floats, 16-byte chunk c of row r stored
+// at chunk c ^ (r % 8), as TMA's 128-byte swizzle reads it. A warp's float2 stores (8 rows, the
+// same 8 columns) then fall in 8 different chunks of the banks: 2 wavefronts, the least for 256
+// bytes (unswizzled, rows 128 bytes apart put all 8 rows in the same banks: 8).
+__device__ int swizzled_float_offset(int row, int col) {
+    return row * kDqBoxCols + course::swizzle_128b(row, col / 4) * 4 + col % 4;
+}
+
+// Adds the box of floats at `source` (shared memory, laid out as `map` swizzles it) to the global
+// tensor at (col, row, head), element by element, in L2; the parts of the box past the tensor's
+// bounds are left out. Asynchronous: joins this thread's current bulk group (commit it, then wait
+// for it before `source` is written again).
+__device__ void tma_reduce_add_3d(const CUtensorMap* map, const void* source, int col, int row,
+                                  int head) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+        " [%0, {%1, %2, %3}], [%4];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)),
+        "r"(col), "r"(row), "r"(head), "r"(hopper::shared_address(source))
+        : "memory");
+}
+
+__device__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until this thread's bulk groups have read their shared memory (their writes to global
+// memory may still be under way).
+__device__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Waits until this thread's bulk groups are complete, writes included.
+__device__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+#endif
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_wgmma_backward_kernel(const __grid_constant__ CUtensorMap q_map,
+                                const __grid_constant__ CUtensorMap k_map,
+                                const __grid_constant__ CUtensorMap v_map,
+                                const __grid_constant__ CUtensorMap do_map,
+                                const __grid_constant__ CUtensorMap dq_map,
+                                const float* __restrict__ L, const float* __restrict__ delta,
+                                float* __restrict__ dK, float* __restrict__ dV, int T, float scale,
+                                bool causal) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = Smem<kD>;
+    constexpr int kStages = S::kStages;
+    extern __shared__ __align__(1024) unsigned char shared_raw[];
+    __shared__ std::uint64_t kv_full;
+    __shared__ std::uint64_t full[kStages];
+    __shared__ std::uint64_t empty[kStages];
+    unsigned char* const smem =
+        shared_raw + (1024 - hopper::shared_address(shared_raw) % 1024) % 1024;
+    const auto q_tile = [&](int stage) { return smem + S::kQ + stage * 2 * S::kQBytes; };
+    const auto do_tile = [&](int stage) { return q_tile(stage) + S::kQBytes; };
+
+    const int n0 = blockIdx.x * kBlockN;
+    const int head = blockIdx.y;
+    const int first_tile = causal ? n0 / kBlockM : 0;
+    const int query_tiles = course::ceil_div(T, kBlockM);
+    const int warpgroup = threadIdx.x / kWarpgroupThreads;
+
+    if (threadIdx.x == 0) {
+        hopper::mbarrier_init(&kv_full, 1);
+        for (int s = 0; s < kStages; ++s) {
+            hopper::mbarrier_init(&full[s], 1);
+            hopper::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);
+        }
+        hopper::fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {  // the producer, as in the readable kernel, with kStages stages
+        hopper::set_registers_decrease<kProducerRegisters>();
+        if (threadIdx.x == 0) {
+            const int row = head * T;
+            hopper::mbarrier_arrive_expect_tx(&kv_full, 2 * S::kKVBytes);
+            for (int c = 0; c < S::kChunks; ++c) {
+                hopper::tma_load_2d(smem + S::kK + c * kBlockN * 128, &k_map, c * kChunkCols,
+                                    row + n0, &kv_full);
+                hopper::tma_load_2d(smem + S::kV + c * kBlockN * 128, &v_map, c * kChunkCols,
+                                    row + n0, &kv_full);
+            }
+            for (int tile = first_tile; tile < query_tiles; ++tile) {
+                const int i = tile - first_tile, stage = i % kStages;
+                const int pass_parity = i / kStages % 2;
+                hopper::mbarrier_wait(&empty[stage], pass_parity ^ 1);
+                hopper::mbarrier_arrive_expect_tx(&full[stage], 2 * S::kQBytes);
+                for (int c = 0; c < S::kChunks; ++c) {
+                    hopper::tma_load_2d(q_tile(stage) + c * kBlockM * 128, &q_map, c * kChunkCols,
+                                        row + tile * kBlockM, &full[stage]);
+                    hopper::tma_load_2d(do_tile(stage) + c * kBlockM * 128, &do_map, c * kChunkCols,
+                                        row + tile * kBlockM, &full[stage]);
+                }
+            }
+        }
+        return;
+    }
+
+    hopper::set_registers_increase<kConsumerRegisters>();
+    const int consumer = __shfl_sync(0xffffffffu, warpgroup, 0) - 1;  // uniform: see the readable
+    const int thread = threadIdx.x % kWarpgroupThreads;
+    const int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+    const int key0 = n0 + consumer * kWgmmaM;
+    const std::uint32_t k_address = hopper::shared_address(smem + S::kK);
+    const std::uint32_t k_rows = k_address + consumer * kWgmmaM * course::kSwizzleRowBytes;
+    const std::uint32_t v_rows =
+        hopper::shared_address(smem + S::kV) + consumer * kWgmmaM * course::kSwizzleRowBytes;
+    auto* p_tile = reinterpret_cast<__nv_bfloat16*>(smem + S::kP + consumer * S::kPBytes);
+    const std::uint32_t p_address = hopper::shared_address(p_tile);
+    const auto ds_tile = [&](int buffer, int c) {
+        return smem + S::kDS + (buffer * kConsumers + c) * S::kPBytes;
+    };
+    L += static_cast<long long>(head) * T;
+    delta += static_cast<long long>(head) * T;
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float scale_log2 = scale * kLog2e;
+
+    float dv[kD / 2] = {}, dk[kD / 2] = {};
+
+    hopper::mbarrier_wait(&kv_full, 0);
+    for (int tile = first_tile; tile < query_tiles; ++tile) {
+        const int i = tile - first_tile, stage = i % kStages, q0 = tile * kBlockM;
+        const int buffer = i % 2;
+        const bool dq_here = i % kConsumers == consumer;
+        float lane_l[2], lane_d[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int query = min(q0 + 32 * h + lane, T - 1);
+            lane_l[h] = L[query] * kLog2e;
+            lane_d[h] = delta[query];
+        }
+        hopper::mbarrier_wait(&full[stage], i / kStages % 2);
+        const std::uint32_t q_address = hopper::shared_address(q_tile(stage));
+        const std::uint32_t do_address = hopper::shared_address(do_tile(stage));
+
+        float s[kScores], dp[kScores];
+        hopper::fence_accumulators(s);
+        hopper::fence_accumulators(dp);
+        hopper::wgmma_fence();
+        readable::issue_rows_times_rows<kD>(s, k_rows, q_address);
+        readable::issue_rows_times_rows<kD>(dp, v_rows, do_address);
+        hopper::wgmma_commit();
+        hopper::wgmma_wait<0>();
+        hopper::fence_accumulators(s);
+        hopper::fence_accumulators(dp);
+
+        const bool edge =
+            q0 + kBlockM > T || key0 + kWgmmaM > T || (causal && key0 + kWgmmaM - 1 > q0);
+#pragma unroll
+        for (int r = 0; r < kScores; ++r) {
+            const int key = key0 + warp * 16 + g + 8 * (r % 4 / 2);
+            const int column = 8 * (r / 4) + 2 * t + r % 2, query = q0 + column;
+            const float l_i = __shfl_sync(0xffffffffu, lane_l[column / 32], column % 32);
+            const float d_i = __shfl_sync(0xffffffffu, lane_d[column / 32], column % 32);
+            const bool visible = !edge || (query < T && key < T && !(causal && key > query));
+            const float p = exp2f(fmaf(s[r], scale_log2, -l_i));
+            s[r] = visible ? p : 0.0f;
+            dp[r] = visible ? p * (dp[r] - d_i) : 0.0f;
+        }
+
+        auto* ds = reinterpret_cast<__nv_bfloat16*>(ds_tile(buffer, consumer));
+#pragma unroll
+        for (int n = 0; n < kBlockM / 8; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int offset =
+                    course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t);
+                *reinterpret_cast<__nv_bfloat162*>(p_tile + offset) =
+                    __floats2bfloat162_rn(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]);
+                *reinterpret_cast<__nv_bfloat162*>(ds + offset) =
+                    __floats2bfloat162_rn(dp[4 * n + 2 * h], dp[4 * n + 2 * h + 1]);
+            }
+        hopper::fence_proxy_async();
+        // The last reduction from the dQ tile that is written next (past this barrier) must have
+        // read it: with one tile, this consumer's of a tile ago before the other consumer writes;
+        // with one per consumer (tile i % 2 = the consumer at dQ), this consumer's of two tiles
+        // ago before it writes its own again.
+        if (thread == 0 && (S::kDqTiles == 1 || dq_here)) bulk_wait_read();
+        hopper::named_barrier_sync(1, kConsumers * kWarpgroupThreads);
+
+        hopper::fence_accumulators(dv);
+        hopper::fence_accumulators(dk);
+        hopper::wgmma_fence();
+        const std::uint32_t ds_address = hopper::shared_address(ds);
+        readable::issue_tile_times_rows<kD, 0>(dv, p_address, do_address, kBlockM * 128, true);
+        readable::issue_tile_times_rows<kD, 0>(dk, ds_address, q_address, kBlockM * 128, true);
+        hopper::wgmma_commit();
+        if (!dq_here) {
+            hopper::wgmma_wait<0>();
+            hopper::fence_accumulators(dv);
+            hopper::fence_accumulators(dk);
+            hopper::mbarrier_arrive(&empty[stage]);
+            continue;
+        }
+        float dq[kD / 2];
+        hopper::fence_accumulators(dq);
+        hopper::wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < kConsumers; ++c)
+            readable::issue_tile_times_rows<kD, 1>(
+                dq, hopper::shared_address(ds_tile(buffer, c)),
+                k_address + c * kWgmmaM * course::kSwizzleRowBytes, kBlockN * 128, c > 0);
+        hopper::wgmma_commit();
+        hopper::wgmma_wait<0>();
+        hopper::fence_accumulators(dv);
+        hopper::fence_accumulators(dk);
+        hopper::fence_accumulators(dq);
+        hopper::mbarrier_arrive(&empty[stage]);
+
+        float* const dq_tile =
+            reinterpret_cast<float*>(smem + S::kDQ + i % S::kDqTiles * S::kDqTileBytes);
+        // scale * dQ into the shared tile (accumulator 4 n + i: query row warp * 16 + g + 8 (i /
+        // 2), d column 8 n + 2 t + i % 2; columns 32 b .. 32 b + 31 in box b) ...
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = warp * 16 + g + 8 * h, col = 8 * n % kDqBoxCols + 2 * t;
+                float* box = dq_tile + 8 * n / kDqBoxCols * (kDqBoxBytes / 4);
+                *reinterpret_cast<float2*>(box + swizzled_float_offset(row, col)) =
+                    make_float2(scale * dq[4 * n + 2 * h], scale * dq[4 * n + 2 * h + 1]);
+            }
+        // ... made visible to TMA (the async proxy), every warp of this consumer done, then one
+        // thread adds the tile to dQ: the blocks of the other key tiles add to the same rows, and
+        // TMA's reduction, like an atomic, adds element by element. dQ was zeroed before the
+        // kernel.
+        hopper::fence_proxy_async();
+        hopper::named_barrier_sync(2 + consumer, kWarpgroupThreads);
+        if (thread == 0) {
+#pragma unroll
+            for (int b = 0; b < S::kDqBoxes; ++b)
+                tma_reduce_add_3d(&dq_map, dq_tile + b * (kDqBoxBytes / 4), b * kDqBoxCols, q0,
+                                  head);
+            bulk_commit();
+        }
+    }
+    // TMA must be done with the dQ tile before the block's shared memory goes, and done adding.
+    if (thread == 0) bulk_wait_all();
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + warp * 16 + g + 8 * h;
+        if (key >= T) continue;
+        const long long at = (static_cast<long long>(head) * T + key) * kD;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+            *reinterpret_cast<float2*>(dK + at + 8 * n + 2 * t) =
+                make_float2(scale * dk[4 * n + 2 * h], scale * dk[4 * n + 2 * h + 1]);
+            *reinterpret_cast<float2*>(dV + at + 8 * n + 2 * t) =
+                make_float2(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+        }
+    }
+#endif
+}
+
+// The tensor map of dQ, [heads][T][kD] floats, added to in boxes of kDqBoxCols x kBlockM x 1 with
+// the 128-byte swizzle: three dimensions, so that a box stops at its head's T (with [heads * T]
+// rows as one matrix, the rows past T of a last tile would be added to the next head's).
+template <int kD>
+CUtensorMap dq_tensor_map(float* dQ, int heads_total, int T) {
+    if (reinterpret_cast<std::uintptr_t>(dQ) % 16 != 0)
+        throw std::runtime_error("flash_wgmma_backward: dQ must be 16-byte aligned (TMA)");
+    const cuuint64_t dims[3] = {kD, static_cast<cuuint64_t>(T),
+                                static_cast<cuuint64_t>(heads_total)};
+    const cuuint64_t strides[2] = {kD * sizeof(float),
+                                   static_cast<cuuint64_t>(T) * kD * sizeof(float)};
+    const cuuint32_t box[3] = {kDqBoxCols, kBlockM, 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    CUtensorMap map{};
+    const CUresult result = course::tensor_map_encoder()(
+        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, dQ, dims, strides, box, element_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        throw std::runtime_error("cuTensorMapEncodeTiled (dQ) failed, error " +
+                                 std::to_string(result));
+    return map;
+}
+
+template <int kD>
+void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
+            const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
+            float* dV, int heads_total, int T, float scale, bool causal) {
+    const auto kernel = flash_wgmma_backward_kernel<kD>;
+    int device = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (major != 9 || course::compiled_arch(kernel) != 90)
+        throw std::runtime_error(
+            "flash_wgmma_backward: needs a Hopper GPU and device code for sm_90a");
+    static const std::size_t available = course::opt_in_shared_bytes(kernel);
+    if (available < static_cast<std::size_t>(Smem<kD>::kBytes))
+        throw std::runtime_error("flash_wgmma_backward: needs " + std::to_string(Smem<kD>::kBytes) +
+                                 " bytes of shared memory per block; " + std::to_string(available) +
+                                 " here");
+    const int rows = heads_total * T;
+    const auto map = [rows](const __nv_bfloat16* tensor, int box_rows) {
+        return hopper::tensor_map(reinterpret_cast<const course::TensorElement*>(tensor), rows, kD,
+                                  box_rows, kChunkCols);
+    };
+    const CUtensorMap q_map = map(Q, kBlockM), do_map = map(dO, kBlockM);
+    const CUtensorMap k_map = map(K, kBlockN), v_map = map(V, kBlockN);
+    const CUtensorMap dq_map = dq_tensor_map<kD>(dQ, heads_total, T);
+
+    float* delta = nullptr;
+    CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
+    readable::row_dot_kernel<<<course::ceil_div(rows, 8), 256>>>(O, dO, delta, rows, kD);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemsetAsync(dQ, 0, static_cast<std::size_t>(rows) * kD * sizeof(float)));
+
+    const dim3 grid(course::ceil_div(T, kBlockN), heads_total);
+    kernel<<<grid, kThreads, Smem<kD>::kBytes>>>(q_map, k_map, v_map, do_map, dq_map, L, delta, dK,
+                                                 dV, T, scale, causal);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaFreeAsync(delta, 0));
+}
+
+}  // namespace
+
+void flash_wgmma_backward(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
+                          const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L,
+                          float* dQ, float* dK, float* dV, int batch, int heads, int T, int D,
+                          float scale, bool causal) {
+    if (D == 64)
+        launch<64>(Q, K, V, O, dO, L, dQ, dK, dV, batch * heads, T, scale, causal);
+    else
+        launch<128>(Q, K, V, O, dO, L, dQ, dK, dV, batch * heads, T, scale, causal);
+}
