@@ -35,21 +35,28 @@
 #include "flash_wgmma.h"
 #include "hopper_attention.h"
 
+// The readable solution, whole: its tile sizes, shared-memory layout and wgmma helpers are this
+// kernel's. (Every header it includes is included above, so that none of them lands inside the
+// namespace.)
+namespace readable {
+#include "flash_wgmma.cu"
+}  // namespace readable
+
 namespace {
 
-constexpr int kBlockM = 128;   // query rows per block: 64 per consumer warpgroup
-constexpr int kBlockN = 128;   // keys per K/V tile: the n of S's wgmma
-constexpr int kStages = 2;     // K/V stages in the ring
-constexpr int kConsumers = 2;  // consumer warpgroups
-constexpr int kWarpgroupThreads = 128;
-constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // the producer warpgroup first
-constexpr int kWgmmaM = 64, kWgmmaK = 16;                       // wgmma.m64nNk16
-constexpr int kChunkCols = 64;  // bf16 per 128-byte swizzled row: a tile is stored in such chunks
-constexpr int kScores = kWgmmaM * kBlockN / kWarpgroupThreads;  // S's accumulators per thread
-// Registers per thread after the split (setmaxnreg), as in module 05's wgmma_gemm: the producer
-// warpgroup keeps 24, each consumer thread gets 240 (S's 64 accumulators, O's up to 64, the rest).
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
+using readable::kBlockM;
+using readable::kBlockN;
+using readable::kChunkCols;
+using readable::kConsumerRegisters;
+using readable::kConsumers;
+using readable::kProducerRegisters;
+using readable::kScores;
+using readable::kStages;
+using readable::kThreads;
+using readable::kWarpgroupThreads;
+using readable::kWgmmaM;
+using readable::Smem;
+
 // The K and V of the heads read at one time (a section's) kept to a third of an H100's 50 MB L2:
 // the rest holds the Q tiles, the outputs and what other SMs read of the section's heads.
 constexpr long long kSectionBytes = 16LL << 20;
@@ -58,70 +65,10 @@ constexpr long long kSectionBytes = 16LL << 20;
 // launcher zeroes it before each).
 __device__ int items_taken;
 
-// Shared memory of one block, in bytes from a 1024-byte boundary. Every tile is stored as chunks
-// of 64 columns (128-byte rows, TMA's 128-byte swizzle): the Q tile (kBlockM rows), kStages K and
-// V tiles (kBlockN rows), and one P tile (64 rows x kBlockN keys) per consumer.
-template <int kD>
-struct Smem {
-    static constexpr int kChunks = kD / kChunkCols;
-    static constexpr int kQBytes = kBlockM * kD * 2;
-    static constexpr int kKVBytes = kBlockN * kD * 2;  // one K or V tile
-    static constexpr int kPBytes = kWgmmaM * kBlockN * 2;
-    static constexpr int kQ = 0;
-    static constexpr int kK = kQ + kQBytes;                 // stage s at kK + s * 2 * kKVBytes
-    static constexpr int kP = kK + kStages * 2 * kKVBytes;  // consumer c at kP + c * kPBytes
-    static constexpr int kBytes = kP + kConsumers * kPBytes + 1024;  // + room to align to 1 KB
-};
-
-static_assert(kBlockM == kConsumers * kWgmmaM, "one 64-row wgmma per consumer warpgroup");
-static_assert(kChunkCols * 2 == course::kSwizzleRowBytes, "a chunk's row is one swizzled row");
-static_assert(Smem<64>::kChunks == 1 && Smem<128>::kChunks == 2, "D = 64 or 128: whole chunks");
-static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box side is at most 256 elements");
-static_assert(kBlockN % kChunkCols == 0 && kBlockN % kWgmmaK == 0, "whole chunks, whole k16 steps");
-static_assert(kScores == 64, "hopper::wgmma_m64n128k16 has 64 accumulators per thread");
-static_assert(Smem<128>::kBytes <= 227 * 1024, "an H100 block has 227 KB of shared memory");
-static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
-              "the register file holds the split");
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the Hopper instructions exist in sm_90a code only
 
-// S = Q K^T for a consumer's 64 rows and the tile's kBlockN keys: both operands K-major (d
-// contiguous), the k16 steps 32 bytes apart in a 128-byte row, the next 64 d a chunk further.
-template <int kD>
-__device__ void issue_scores(float (&s)[kScores], std::uint32_t q_rows, std::uint32_t k_tile) {
-    hopper::fence_accumulators(s);
-    hopper::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / kWgmmaK; ++kk) {
-        const int chunk = kk / (kChunkCols / kWgmmaK), step = kk % (kChunkCols / kWgmmaK);
-        hopper::wgmma_m64n128k16<0>(
-            s, course::wgmma_descriptor_k_major_128b(q_rows + chunk * kBlockM * 128 + 32 * step),
-            course::wgmma_descriptor_k_major_128b(k_tile + chunk * kBlockN * 128 + 32 * step),
-            kk > 0);
-    }
-    hopper::wgmma_commit();
-}
-
-// O += P V: P (64 x kBlockN, K-major: keys contiguous) from this consumer's P tile, V (kBlockN x
-// kD, [key][d]: N-major, a transposed B) from the stage; a k16 step is 16 keys, 16 rows of V.
-template <int kD>
-__device__ void issue_output(float (&o)[kD / 2], std::uint32_t p_tile, std::uint32_t v_tile) {
-    hopper::fence_accumulators(o);
-    hopper::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / kWgmmaK; ++kk) {
-        const int chunk = kk / (kChunkCols / kWgmmaK), step = kk % (kChunkCols / kWgmmaK);
-        const std::uint64_t a =
-            course::wgmma_descriptor_k_major_128b(p_tile + chunk * kWgmmaM * 128 + 32 * step);
-        const std::uint64_t b =
-            course::wgmma_descriptor_mn_major_128b(v_tile + kk * kWgmmaK * 128, kBlockN * 128);
-        if constexpr (kD == 64)
-            hopper::wgmma_m64n64k16<1>(o, a, b, true);
-        else
-            hopper::wgmma_m64n128k16<1>(o, a, b, true);
-    }
-    hopper::wgmma_commit();
-}
+using readable::issue_output;
+using readable::issue_scores;
 
 // A work item: a head and its tile of kBlockM query rows. Items are numbered section by section
 // (section_heads heads each, the last one what is left), and within a section by query tile, the
