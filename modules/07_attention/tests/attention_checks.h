@@ -704,6 +704,40 @@ inline void rate_f32(const ForwardRun<float>& run, std::size_t D, bool causal, c
     time_forward<float>(run, {{"cublas_attention_f32", cublas_f32}}, c, rng);
 }
 
+// The fixture of the Hopper exercises (flash_wgmma, flash_wgmma_backward): skips on any GPU but
+// compute capability 9.0 (wgmma, TMA and setmaxnreg exist in sm_90a code only), where this build's
+// device code is not sm_90a, and in a tree that also builds for sm_75 (its tensor-core inputs are
+// fp16: course/tensor_element.h; these contracts are bf16). kProbe is a kernel of the checker's
+// own file, whose device code is built with the exercise's flags (sm_90a in a tree built for
+// Hopper: cmake/Course.cmake).
+template <void (*kProbe)()>
+class HopperTest : public course::GpuTest {
+  protected:
+    void SetUp() override {
+        const course::GpuInfo& g = course::gpu();
+        if (g.available && g.sm != 90) {
+            skip("needs a Hopper GPU (sm_90a: wgmma, TMA, setmaxnreg); " + g.name + " is " +
+                 std::to_string(g.sm / 10) + "." + std::to_string(g.sm % 10));
+            return;
+        }
+        course::GpuTest::SetUp();
+        if (IsSkipped()) return;
+        // A tree built for an older architecture runs PTX without the Hopper instructions.
+        const int built = course::compiled_arch(kProbe);
+        if (built != 90 || course::kFp16TensorCores)
+            skip("needs device code for sm_90a (wgmma, TMA): this build is for sm_" +
+                 std::to_string(built) + (course::kFp16TensorCores ? ", in fp16" : "") +
+                 ": rebuild the grader's tree for this GPU (cmake build/<tree> "
+                 "-DCMAKE_CUDA_ARCHITECTURES=90)");
+    }
+
+  private:
+    void skip(const std::string& reason) {
+        RecordProperty("skip_reason", reason);
+        GTEST_SKIP() << reason;
+    }
+};
+
 }  // namespace attention_checks
 
 // Skips the running test under exact allocations (compute-sanitizer): for a case that would

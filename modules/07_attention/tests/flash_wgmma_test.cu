@@ -10,9 +10,7 @@
 // rate at B 4, H 16, T 4096, D 64 and 128, causal and not (the judged cases), and at the GPT
 // trainer's shape (B 16, H 12, T 1024, D 64, causal: shown, not judged), next to cuDNN's fused
 // attention (else cuBLAS's materialized bf16 attention), timed in the same run.
-// Skips on any GPU but compute capability 9.0 (wgmma, TMA and setmaxnreg exist in sm_90a code
-// only), where this build's device code is not sm_90a, and in a tree that also builds for sm_75
-// (its tensor-core inputs are fp16: course/tensor_element.h; this contract is bf16).
+// Skips where the Hopper path cannot run, with the reason (attention_checks::HopperTest).
 #include "attention_checks.h"
 #include "flash_wgmma.h"
 
@@ -20,37 +18,10 @@ namespace {
 
 using namespace attention_checks;
 
-// A kernel of this file, whose device code is built with the exercise's flags (sm_90a in a tree
-// built for Hopper: cmake/Course.cmake).
+// A kernel of this file, whose device code is built with the exercise's flags.
 __global__ void build_probe_kernel() {}
 
-class FlashWgmma : public course::GpuTest {
-  protected:
-    void SetUp() override {
-        const course::GpuInfo& g = course::gpu();
-        if (g.available && g.sm != 90) {
-            skip("needs a Hopper GPU (sm_90a: wgmma, TMA, setmaxnreg); " + g.name + " is " +
-                 std::to_string(g.sm / 10) + "." + std::to_string(g.sm % 10));
-            return;
-        }
-        course::GpuTest::SetUp();
-        if (IsSkipped()) return;
-        // A tree built for the GPU builds this exercise for sm_90a (cmake/Course.cmake); one built
-        // for an older architecture runs PTX without the Hopper instructions.
-        const int built = course::compiled_arch(build_probe_kernel);
-        if (built != 90 || course::kFp16TensorCores)
-            skip("needs device code for sm_90a (wgmma, TMA): this build is for sm_" +
-                 std::to_string(built) + (course::kFp16TensorCores ? ", in fp16" : "") +
-                 ": rebuild the grader's tree for this GPU (cmake build/<tree> "
-                 "-DCMAKE_CUDA_ARCHITECTURES=90)");
-    }
-
-  private:
-    void skip(const std::string& reason) {
-        RecordProperty("skip_reason", reason);
-        GTEST_SKIP() << reason;
-    }
-};
+class FlashWgmma : public HopperTest<build_probe_kernel> {};
 
 const ForwardRun<std::uint16_t> kFlashWgmma = [](const auto& Q, const auto& K, const auto& V,
                                                  auto& O, auto& L, const Case& c) {
