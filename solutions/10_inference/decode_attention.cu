@@ -25,15 +25,13 @@ constexpr int kWarps = kBlock / 32;
 // the registers that let kBlocksPerSm blocks share an SM (64 a thread at 8), so that the wave
 // fits.
 constexpr int kBlocksPerSm = 8;
-// Keys whose K and V rows each lane loads before it uses any: 8 loads of 16 bytes in flight.
-// Only if the registers allow it: at 48 registers (no second argument to __launch_bounds__) the
-// compiler (nvcc 13, sm_90) issued 3 of the V loads after the dot products: 5 in flight. More keys
-// (kUnroll 8: 16 loads, 64 registers of data) need fewer blocks an SM (kBlocksPerSm 4 or 5).
+// Keys whose K and V rows each lane loads before it uses any: 8 loads of 16 bytes in flight, if
+// the compiler has the registers to hold them (the kernel's __launch_bounds__ give it 64; with
+// fewer it issues some V loads after the dot products: dev/tuning/10_inference.md).
 constexpr int kUnroll = 4;
 // The fewest keys of a split: one trip of the block's loop over D = 64 (16 keys side by side,
 // kUnroll deep), two at D = 128. Shorter chunks would cost a block more in starting and merging
-// than in reading. A chunk is a whole number of them: a split of 497 keys takes as many trips as
-// one of 512, and 64 such splits cover what 66 of 497 do, with fewer states for the merge to read.
+// than in reading. A chunk is a whole number of them: a partial trip costs a whole one.
 constexpr int kMinKeysPerSplit = kBlock / (64 / 8) * kUnroll;
 // The merge's loads of o in flight per thread: 16-byte loads of kMergeLoads splits before their
 // sums (2 trips at 64 splits, D = 128).
