@@ -7,9 +7,14 @@
 // multiplying with wgmma.mma_async from shared memory, "full" and "empty" mbarriers between them,
 // setmaxnreg) applied to X against itself, as its fast reference runs it: a persistent kernel,
 // one block per SM walking its units of work with a stride of the grid, so that the producer runs
-// on into the next unit's copies while the consumers write the last one's distances. A unit is a
-// 128 x 256 tile (wgmma_gemm's): the triangle is walked in squares of 256 x 256, i <= j, each
-// square two units, its upper and its lower 128 rows. The epilogue computes the readable one's
+// on into the next unit's copies while the consumers write the last one's distances. Unlike
+// wgmma_gemm's, the two consumers do not share a unit: each owns every other one of the block's
+// (CUTLASS's "ping-pong" schedule), and they take turns at the tensor cores through two named
+// barriers, so that one multiplies while the other writes its distances. (Sharing 128 x 256 units,
+// both wrote at once and the tensor cores idled meanwhile: 64.2% of cuBLAS's rate at N 8192.) A
+// unit is 64 x 256, one consumer's wgmma.m64n256k16 and its 128 accumulators per thread: the
+// triangle is walked in squares of 256 x 256, i <= j, each square four units of 64 rows, which
+// read 40 KB per k step from L2 for the 48 KB of a shared 128 x 256. The epilogue computes the readable one's
 // d = 1 - dot * inverse[i] * inverse[j], and stores it as wgmma_gemm_fast's epilogue stores C:
 // through shared memory, each warp staging its 16 rows 64 columns at a time and reading them back
 // by rows, so that its stores are whole 16-byte vectors, each half warp one row's 256 contiguous
@@ -45,8 +50,9 @@ namespace readable {
 namespace {
 
 // wgmma_gemm's shape (solutions/05_gemm_advanced/wgmma_gemm.cu, which says why each).
-constexpr int kBM = 128;       // rows i per unit: a 64-row half per consumer warpgroup
+constexpr int kBM = 64;        // rows i per unit: the m of one wgmma, one consumer warpgroup's
 constexpr int kBN = 256;       // columns j per unit: the n of one wgmma; the triangle's square
+constexpr int kUnitsPerSquare = kBN / kBM;
 constexpr int kBK = 64;        // k per stage: 64 bf16 = one 128-byte swizzled row
 constexpr int kStages = 4;     // shared stages in the ring
 constexpr int kConsumers = 2;  // consumer warpgroups
@@ -74,9 +80,16 @@ constexpr int kSharedBytes = kStages * kStageBytes + kStagingBytes + 1024;
 constexpr int kStaticSharedBytes = 1024;
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
+// The named barriers (0 is __syncthreads()'s): the consumers' sums, then the turns at the tensor
+// cores, consumer c waiting at kTurnBarrier + c for the other to hand it over.
+constexpr int kSumBarrier = 1;
+constexpr int kTurnBarrier = 2;
 
-static_assert(kBM == kConsumers * kWgmmaM, "one 64-row wgmma per consumer warpgroup");
-static_assert(kBN == 2 * kBM, "a square of the triangle is two units, one above the other");
+static_assert(kBM == kWgmmaM, "a unit is one consumer warpgroup's 64-row wgmma");
+static_assert(kConsumers == 2, "the consumers take turns: each hands the tensor cores to the other");
+static_assert(kBN % kBM == 0, "a square of the triangle is whole units, one above the other");
+static_assert(kSumBarrier < kTurnBarrier && kTurnBarrier + kConsumers <= 16,
+              "the turns' barriers are their own, among the 16 an SM has");
 static_assert(kBK * 2 == course::kSwizzleRowBytes && kBK % kWgmmaK == 0,
               "a stage's rows are one 128-byte swizzled row of whole k16 steps");
 static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0,
@@ -92,32 +105,38 @@ static_assert(kWarpRows * (kWarpgroupThreads / 32) == kWgmmaM && kBN % kChunkCol
 static_assert(kChunkColumns / 4 == 16 && kWarpRows % 2 == 0,
               "a half warp reads back one row's 16 units of 4 floats, the two halves two rows");
 
-// A unit of work: the kBM x kBN tile of X X^T at (row0, col0); `empty` where its rows start past
-// N (the lower half of the last square, where N - 256 si <= 128), which no role copies or computes.
+// A unit of work: the kBM x kBN tile of X X^T at (row0, col0).
 struct Unit {
     int row0, col0;
-    bool empty;
 };
+
+// The units of the walk below: kUnitsPerSquare per square of the triangle, less those of the last
+// square (the diagonal's, which the walk ends with) that start at or past N. So the units that
+// hold pairs are the walk's first unit_count(N), and the roles stop there.
+__host__ __device__ int unit_count(int N) {
+    const int squares = course::ceil_div(N, kBN);
+    const int last_square_rows = N - (squares - 1) * kBN;
+    return (squares * (squares + 1) / 2 - 1) * kUnitsPerSquare +
+           course::ceil_div(last_square_rows, kBM);
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the Hopper instructions exist in sm_90a code only
 
-// Unit u: square u / 2 of the triangle (the readable solution's walk, rows of squares - si
-// squares), its upper (u even) or lower kBM rows. A pair i < j lies in square (i / kBN, j / kBN),
-// so in one unit; the lower half of a diagonal square holds pairs too (its rows against the
-// square's right half), so both halves of every square are computed.
-__device__ Unit unit_of(int unit, int squares, int N) {
+// Unit u: square u / kUnitsPerSquare of the triangle (the readable solution's walk, rows of
+// squares - si squares), its (u % kUnitsPerSquare)-th kBM rows. A pair i < j lies in square
+// (i / kBN, j / kBN), so in one unit; the lower units of a diagonal square hold pairs too (their
+// rows against the square's columns right of them), so every unit of every square is computed.
+__device__ Unit unit_of(int unit, int squares) {
     int si, sj;
-    readable::triangle_tile(unit / 2, squares, si, sj);
-    const int row0 = si * kBN + unit % 2 * kBM;
-    return {row0, sj * kBN, row0 >= N};
+    readable::triangle_tile(unit / kUnitsPerSquare, squares, si, sj);
+    return {si * kBN + unit % kUnitsPerSquare * kBM, sj * kBN};
 }
 
-// wgmma_gemm's issue_stage: a consumer's 64 rows of the A tile by the whole B tile, the k16 steps
-// 32 bytes apart in their rows, one wgmma group between the fences the accumulators need.
+// wgmma_gemm's issue_stage: the A tile's 64 rows by the whole B tile, the k16 steps 32 bytes apart
+// in their rows, one wgmma group between the fences the accumulators need.
 __device__ void issue_stage(float (&acc)[kAccumulators], const unsigned char* a_stage,
-                            const unsigned char* b_stage, int consumer) {
-    const std::uint32_t a_start =
-        hopper::shared_address(a_stage) + consumer * kWgmmaM * course::kSwizzleRowBytes;
+                            const unsigned char* b_stage) {
+    const std::uint32_t a_start = hopper::shared_address(a_stage);
     const std::uint32_t b_start = hopper::shared_address(b_stage);
     hopper::fence_accumulators(acc);
     hopper::wgmma_fence();
@@ -150,7 +169,7 @@ __device__ int staged(int row, int position) {
     return row * kChunkColumns + ((position / 4) ^ pattern) * 4 + position % 4;
 }
 
-// A consumer's 64 x 256 dot products of `unit`, normalized, into the packed triangle where
+// A consumer's unit, its 64 x 256 dot products, normalized, into the packed triangle where
 // row < col < N; returns the sum of the distances it wrote. Each warp holds 16 of the rows (the
 // wgmma D layout: register reg is the product at course::wgmma_d_element(thread, reg)) and writes
 // them a chunk of kChunkColumns columns at a time: the distances into its own `staging` (no other
@@ -161,7 +180,7 @@ __device__ float store_distances(const float (&acc)[kAccumulators], const float*
                                  int thread, float* staging) {
     const int warp = thread / 32, lane = thread % 32;
     float* const mine = staging + (consumer * (kWarpgroupThreads / 32) + warp) * kStagingFloats;
-    const int first_row = unit.row0 + consumer * kWgmmaM + warp * kWarpRows;
+    const int first_row = unit.row0 + warp * kWarpRows;
     // The thread's two rows (registers 4 k + {0, 1} and 4 k + {2, 3}): their norms, loaded once.
     // Rows and columns past N (the last square's) read row N - 1's: those are never stored.
     float inverse_row[2];
@@ -221,10 +240,11 @@ __device__ float store_distances(const float (&acc)[kAccumulators], const float*
 
 }  // namespace
 
-// Both roles walk the same units (unit = blockIdx.x, then a stride of the grid) and count the
-// same loads: load number `load` of the block goes to stage load % kStages in pass load / kStages
-// of the ring, whose phase parity is that pass's parity (wgmma_gemm.cu says why the producer's
-// first wait, on the phase "before the first", returns at once).
+// Both roles walk the same units (unit = blockIdx.x, then a stride of the grid; the block's l-th is
+// consumer l % 2's) and count the same loads (the l-th unit's are loads l k_tiles onward): load
+// number `load` of the block goes to stage load % kStages in pass load / kStages of the ring,
+// whose phase parity is that pass's parity (wgmma_gemm.cu says why the producer's first wait, on
+// the phase "before the first", returns at once).
 __global__ void __launch_bounds__(kThreads, 1)
     pairwise_cosine_wgmma_kernel(const __grid_constant__ CUtensorMap a_map,
                                  const __grid_constant__ CUtensorMap b_map,
@@ -233,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char shared_raw[];
     __shared__ std::uint64_t full[kStages];   // phase done: the stage's copies have landed
-    __shared__ std::uint64_t empty[kStages];  // phase done: every consumer is done reading it
+    __shared__ std::uint64_t empty[kStages];  // phase done: its unit's consumer is done reading it
     constexpr int kConsumerWarps = kConsumerThreads / 32;
     __shared__ float warp_sums[kConsumerWarps];
     unsigned char* const stages =
@@ -242,14 +262,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto b_tile = [&](int stage) { return stages + stage * kStageBytes + kATileBytes; };
 
     const int squares = course::ceil_div(N, kBN);
-    const int units = squares * (squares + 1);  // two per square of the triangle
-    const int k_tiles = D / kBK;                // D is a multiple of 64
+    const int units = unit_count(N);
+    const int k_tiles = D / kBK;  // D is a multiple of 64
     const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
             hopper::mbarrier_init(&full[s], 1);
-            hopper::mbarrier_init(&empty[s], kConsumerThreads);
+            hopper::mbarrier_init(&empty[s], kWarpgroupThreads);
         }
         hopper::fence_barrier_init();
     }
@@ -260,8 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x == 0) {
             int load = 0;
             for (int u = blockIdx.x; u < units; u += gridDim.x) {
-                const Unit unit = unit_of(u, squares, N);
-                if (unit.empty) continue;
+                const Unit unit = unit_of(u, squares);
                 // The i tile (A) and the j tile (B) are rows of X both: one matrix, two boxes.
                 for (int kt = 0; kt < k_tiles; ++kt, ++load) {
                     const int stage = load % kStages;
@@ -277,20 +296,28 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int consumer = warpgroup - 1;
         const int thread = threadIdx.x % kWarpgroupThreads;
         float sum = 0.0f;
-        int load = 0;
-        for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const Unit unit = unit_of(u, squares, N);
-            if (unit.empty) continue;
+        for (int l = consumer, u = blockIdx.x + consumer * gridDim.x; u < units;
+             l += kConsumers, u += kConsumers * gridDim.x) {
+            const Unit unit = unit_of(u, squares);
+            // Wait for the turn: the other consumer has issued all of unit l - 1's products (the
+            // block's first unit has no one before it).
+            if (l > 0) hopper::named_barrier_sync(kTurnBarrier + consumer, kConsumerThreads);
             float acc[kAccumulators] = {};
+            int load = l * k_tiles;
             for (int kt = 0; kt < k_tiles; ++kt, ++load) {
                 const int stage = load % kStages;
                 hopper::mbarrier_wait(&full[stage], load / kStages % 2);
-                issue_stage(acc, a_tile(stage), b_tile(stage), consumer);
+                issue_stage(acc, a_tile(stage), b_tile(stage));
                 // This stage's products may still run; the previous stage's are done.
                 hopper::wgmma_wait<1>();
                 hopper::fence_accumulators(acc);
                 if (kt > 0) hopper::mbarrier_arrive(&empty[(load - 1) % kStages]);
             }
+            // The products are issued: the turn goes to the other consumer, whose unit l + 1's
+            // products then run while this one's last stage finishes and its distances are
+            // written. (Only where the block has a unit l + 1: no arrival is left unmatched.)
+            if (u + gridDim.x < units)
+                hopper::named_barrier_arrive(kTurnBarrier + 1 - consumer, kConsumerThreads);
             // The unit's last stage goes back to the producer before the distances are written:
             // its next copies overlap the stores below.
             hopper::wgmma_wait<0>();
@@ -306,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, offset);
         const int warp = (threadIdx.x - kWarpgroupThreads) / 32;
         if (threadIdx.x % 32 == 0) warp_sums[warp] = sum;
-        hopper::named_barrier_sync(1, kConsumerThreads);  // the consumers only
+        hopper::named_barrier_sync(kSumBarrier, kConsumerThreads);  // the consumers only
         if (warp == 0 && threadIdx.x % 32 == 0) {
             float block_sum = 0.0f;
             for (int w = 0; w < kConsumerWarps; ++w) block_sum += warp_sums[w];
@@ -357,8 +384,7 @@ void pairwise_cosine(const __nv_bfloat16* X, float* distances, float* mean, floa
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemsetAsync(mean, 0, sizeof(float)));  // the blocks add their shares to it
     // One block per SM (a block holds most of an SM's shared memory), none more than the units.
-    const int squares = course::ceil_div(N, kBN);
-    const int units = squares * (squares + 1);
+    const int units = unit_count(N);
     const int blocks = units < multiprocessors ? units : multiprocessors;
     pairwise_cosine_wgmma_kernel<<<blocks, kThreads, kSharedBytes>>>(a_map, b_map, workspace,
                                                                      distances, mean, N, D);
