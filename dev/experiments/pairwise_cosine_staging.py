@@ -4,9 +4,9 @@ arithmetic only (course authors, no GPU: the CPU emulator runs neither TMA nor w
 
     python3 dev/experiments/pairwise_cosine_staging.py 2 3 65 255 256 257 700   # the N to check
 
-Walks every unit of the kernel's triangle (squares of 256, four units of 64 x 256 each, the
-first unit_count(N) of the walk), every warp of the unit's consumer and chunk of 64 columns, as
-store_distances does: each register's pair staged at
+Walks every unit of the kernel's triangle (squares of 128, each one consumer's unit, its two
+64-row halves an accumulator each), every warp of the unit's consumer and chunk of 64 columns of
+each half, as store_distances does: each register's pair staged at
 staged(r, (col + run_shift(row)) % 64) (the wgmma D layout, course::wgmma_d_element), then read
 back by rows, 16 bytes per lane, stored as a 16-byte vector or float by float. Asserts that no
 staging place is written twice, that every pair i < j < N lands once at triangle_index(i, j, N)
@@ -19,9 +19,10 @@ pending, none waited for in vain. Written by hand from the kernel: change both t
 """
 import sys
 
-kBN, kBM, kWarpRows, kChunk, kAccumulators = 256, 64, 16, 64, 128
-kUnitsPerSquare = kBN // kBM
-kChunkRegisters = kAccumulators * kChunk // kBN
+kBN, kBM, kWgmmaM, kWarpRows, kChunk, kHalfAccumulators = 128, 128, 64, 16, 64, 64
+kHalves = kBM // kWgmmaM
+kChunkRegisters = kHalfAccumulators * kChunk // kBN
+kChunks = kHalves * kBN // kChunk
 
 
 def triangle_index(i, j, n):
@@ -53,25 +54,20 @@ def ceil_div(a, b):
 
 def unit_count(n):
     squares = ceil_div(n, kBN)
-    return (squares * (squares + 1) // 2 - 1) * kUnitsPerSquare + ceil_div(n - (squares - 1) * kBN, kBM)
+    return squares * (squares + 1) // 2
 
 
 def unit_of(unit, squares):
-    b, si = unit // kUnitsPerSquare, 0
+    b, si = unit, 0
     while b >= squares - si:
         b -= squares - si
         si += 1
-    return si * kBN + unit % kUnitsPerSquare * kBM, (si + b) * kBN
+    return si * kBM, (si + b) * kBN
 
 
 def units(n):
-    """(row0, col0) of the kernel's units, in its order (triangle_tile's walk); none starts past N."""
-    squares = ceil_div(n, kBN)
-    walked = [unit_of(u, squares) for u in range(squares * (squares + 1) // 2 * kUnitsPerSquare)]
-    count = unit_count(n)
-    assert all(row0 < n for row0, _ in walked[:count]), "a unit past N"
-    assert all(row0 >= n for row0, _ in walked[count:]), "a unit with pairs left out"
-    return walked[:count]
+    """(row0, col0) of the kernel's units, in its order (triangle_tile's walk)."""
+    return [unit_of(u, ceil_div(n, kBN)) for u in range(unit_count(n))]
 
 
 def check(n):
@@ -86,17 +82,17 @@ def check(n):
 
     for row0, col0 in units(n):
         for warp in range(4):
-            first_row = row0 + warp * kWarpRows
-            for chunk in range(kBN // kChunk):
+            for chunk in range(kChunks):
+                first_row = row0 + chunk // (kBN // kChunk) * kWgmmaM + warp * kWarpRows
                 staging = {}  # place -> the pair whose distance it holds
                 for lane in range(32):
                     for reg in range(chunk * kChunkRegisters, (chunk + 1) * kChunkRegisters):
-                        row, col = wgmma_d_element(warp * 32 + lane, reg)
+                        row, col = wgmma_d_element(warp * 32 + lane, reg % kHalfAccumulators)
                         r = row % kWarpRows
                         place = staged(r, (col + run_shift(first_row + r, n)) % kChunk)
                         assert place not in staging, "a staging place written twice"
                         staging[place] = (first_row + r, col0 + col)
-                chunk_col = col0 + chunk * kChunk
+                chunk_col = col0 + chunk % (kBN // kChunk) * kChunk
                 for lane in range(32):
                     unit = lane % 16
                     for r in range(lane // 16, kWarpRows, 2):
