@@ -182,6 +182,13 @@ __device__ inline void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Its other half: this warpgroup counts itself in at barrier `id` and goes on without waiting; the
+// barrier completes when `threads` have arrived or synced (a turn handed to the warpgroup that
+// waits there with named_barrier_sync).
+__device__ inline void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- The tensor map (host) ----------------------------------------------------------------------
 
 // The tensor map of a rows x K row-major bf16 matrix, copied in boxes of box_rows x kBK with the

@@ -2,35 +2,42 @@
 // 05's TMA + mbarrier + wgmma pipeline over the upper triangle's tiles, with the normalization and
 // the mean in its epilogue. Fast reference (the readable one is pairwise_cosine.cu).
 //
-// Teaches: what the readable solution's mma.sync pipeline leaves to an H100: module 05's
-// wgmma_gemm (a producer thread's TMA copies into a ring of 4 stages, two consumer warpgroups
-// multiplying with wgmma.mma_async from shared memory, "full" and "empty" mbarriers between them,
-// setmaxnreg) applied to X against itself, as its fast reference runs it: a persistent kernel,
-// one block per SM walking its units of work with a stride of the grid, so that the producer runs
-// on into the next unit's copies while the consumers write the last one's distances. A unit is a
-// 128 x 256 tile (wgmma_gemm's): the triangle is walked in squares of 256 x 256, i <= j, each
-// square two units, its upper and its lower 128 rows. The epilogue computes the readable one's
-// d = 1 - dot * inverse[i] * inverse[j], and stores it as wgmma_gemm_fast's epilogue stores C:
-// through shared memory, each warp staging its 16 rows 64 columns at a time and reading them back
-// by rows, so that its stores are whole 16-byte vectors, each half warp one row's 256 contiguous
-// bytes. A row of the packed triangle is a contiguous run (row i holds j = i + 1 .. N - 1), but
-// it starts wherever row i - 1 ended: the staging rotates each row by its run's offset from a
-// 16-byte boundary, so that every 16 bytes read back land on one; only the unit that wraps around
-// (a group the next chunk finishes) and the pairs at the diagonal and at N are stored float by
-// float. (Stored straight from the accumulators instead, 128 scattered 4-byte stores per thread
-// and tile, each warp's store half of 8 sectors, this kernel ran at 32.2% of cuBLAS's rate at
-// N 8192 on an H100, slower than the readable solution.) The sums meet once per block, one atomic
-// each. Where the GPU is not a Hopper (compute capability 9.0) or this build has no sm_90a code,
-// the readable solution runs.
+// Teaches: what the readable solution's mma.sync pipeline leaves to an H100: module 05's wgmma_gemm
+// (a producer thread's TMA copies into a ring of stages, two consumer warpgroups multiplying with
+// wgmma.mma_async from shared memory, "full" and "empty" mbarriers between them, setmaxnreg)
+// applied to X against itself, as its fast reference runs it: a persistent kernel, one block per SM
+// walking its units of work with a stride of the grid, so that the producer runs on into the next
+// unit's copies while the consumers write the last one's distances. Unlike wgmma_gemm's, the two
+// consumers do not share a unit: each owns every other one of the block's (CUTLASS's "ping-pong"
+// schedule), and they take turns at the tensor cores through two named barriers, so that one
+// multiplies while the other writes its distances. (Sharing 128 x 256 units, both wrote at once and
+// the tensor cores idled meanwhile: 64.2% of cuBLAS's rate at N 8192.) A unit is a 128 x 128 square
+// of the triangle, i <= j, one consumer's: two wgmma.m64n128k16 per k16 step, its upper and lower
+// 64 rows against the same 128 columns, 128 accumulators per thread (what 240 registers hold). It
+// reads 32 KB per k step from L2 where a shared 128 x 256 read 48 KB for twice the products: the
+// price of a tile per consumer. The epilogue computes the readable one's d = 1 - dot * inverse[i] *
+// inverse[j], and stores it as wgmma_gemm_fast's epilogue stores C: through shared memory, each
+// warp staging its 16 rows 64 columns at a time and reading them back by rows, so that its stores
+// are whole 16-byte vectors, each half warp one row's 256 contiguous bytes. A row of the packed
+// triangle is a contiguous run (row i holds j = i + 1 .. N - 1), but it starts wherever row i - 1
+// ended: the staging rotates each row by its run's offset from a 16-byte boundary, so that every 16
+// bytes read back land on one; only the unit that wraps around (a group the next chunk finishes)
+// and the pairs at the diagonal and at N are stored float by float. (Stored straight from the
+// accumulators instead, 128 scattered 4-byte stores per thread and tile, each warp's store half of
+// 8 sectors, this kernel ran at 32.2% of cuBLAS's rate at N 8192 on an H100, slower than the
+// readable solution.) The sums meet once per block, one atomic each. Where the GPU is not a Hopper
+// (compute capability 9.0) or this build has no sm_90a code, the readable solution runs.
 //
 // Run:  grader run 10/pairwise_cosine --solutions      (the "pairwise_cosine (fast)" row)
-// Contract: pairwise_cosine.h   Instructions: ../05_gemm_advanced/hopper.h
+// Contract: pairwise_cosine.h   Instructions: ../05_gemm_advanced/hopper.h,
+//           ../07_attention/hopper_attention.h (wgmma.m64n128k16)
 // Notes: notes/10_inference.md, section 6; notes/05_gemm_advanced.md (TMA, mbarriers, wgmma)
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "../05_gemm_advanced/hopper.h"
+#include "../07_attention/hopper_attention.h"
 #include "course/exercise.h"
 #include "course/gemm_layout.h"
 #include "pairwise_cosine.h"
@@ -44,87 +51,108 @@ namespace readable {
 
 namespace {
 
-// wgmma_gemm's shape (solutions/05_gemm_advanced/wgmma_gemm.cu, which says why each).
-constexpr int kBM = 128;       // rows i per unit: a 64-row half per consumer warpgroup
-constexpr int kBN = 256;       // columns j per unit: the n of one wgmma; the triangle's square
-constexpr int kBK = 64;        // k per stage: 64 bf16 = one 128-byte swizzled row
-constexpr int kStages = 4;     // shared stages in the ring
+// wgmma_gemm's pipeline (solutions/05_gemm_advanced/wgmma_gemm.cu, which says why each), a
+// 128 x 128 tile per consumer.
+constexpr int kBM = 128;    // rows i per unit: two 64-row wgmma, its halves
+constexpr int kBN = 128;    // columns j per unit: the n of its wgmma; the triangle's square
+constexpr int kBK = 64;     // k per stage: 64 bf16 = one 128-byte swizzled row
+constexpr int kStages = 6;  // shared stages in the ring (what the 227 KB hold beside the staging)
 constexpr int kConsumers = 2;  // consumer warpgroups
 constexpr int kWarpgroupThreads = 128;
 constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
-constexpr int kThreads = kWarpgroupThreads + kConsumerThreads;    // the producer warpgroup first
-constexpr int kWgmmaM = 64, kWgmmaK = 16;                         // wgmma.m64n256k16
-constexpr int kAccumulators = kWgmmaM * kBN / kWarpgroupThreads;  // floats per consumer thread
-constexpr int kATileBytes = kBM * kBK * 2;
-constexpr int kBTileBytes = kBN * kBK * 2;
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
-// The epilogue's staging (wgmma_gemm_fast's): each consumer warp owns kWarpRows rows of its
-// consumer's 64 and stages them kChunkColumns columns (kChunkRegisters accumulators per thread)
-// at a time, then reads them back 4 columns (16 bytes) per thread.
+constexpr int kThreads = kWarpgroupThreads + kConsumerThreads;  // the producer warpgroup first
+constexpr int kWgmmaM = 64, kWgmmaN = 128, kWgmmaK = 16;        // wgmma.m64n128k16
+constexpr int kHalves = kBM / kWgmmaM;                          // an accumulator each
+constexpr int kHalfAccumulators = kWgmmaM * kWgmmaN / kWarpgroupThreads;  // floats per thread
+constexpr int kTileBytes = kBM * kBK * 2;  // the i tile and the j tile alike
+constexpr int kStageBytes = 2 * kTileBytes;
+// The epilogue's staging (wgmma_gemm_fast's): each consumer warp owns kWarpRows rows of each half
+// and stages them kChunkColumns columns (kChunkRegisters accumulators per thread) at a time, then
+// reads them back 4 columns (16 bytes) per thread: kChunks chunks, the halves one after the other.
 constexpr int kWarpRows = 16;  // a warp's rows of the wgmma D layout
 constexpr int kChunkColumns = 64;
-constexpr int kChunkRegisters = kAccumulators * kChunkColumns / kBN;
+constexpr int kChunkRegisters = kHalfAccumulators * kChunkColumns / kBN;
+constexpr int kChunks = kHalves * kBN / kChunkColumns;
 constexpr int kStagingFloats = kWarpRows * kChunkColumns;  // per warp
 constexpr int kStagingBytes = kConsumerThreads / 32 * kStagingFloats * 4;
 // The stages, then the staging, + room to align the stages to 1 KB.
 constexpr int kSharedBytes = kStages * kStageBytes + kStagingBytes + 1024;
-// The static shared memory beside them: the barriers and the warps' sums (96 bytes), which ptxas
+// The static shared memory beside them: the barriers and the warps' sums (128 bytes), which ptxas
 // rounds up to 1024 so that the dynamic region starts on 1024 bytes, as shared_raw's __align__
 // asks (wgmma_gemm_fast.cu).
 constexpr int kStaticSharedBytes = 1024;
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
+// The named barriers (0 is __syncthreads()'s): the consumers' sums, then the turns at the tensor
+// cores, consumer c waiting at kTurnBarrier + c for the other to hand it over.
+constexpr int kSumBarrier = 1;
+constexpr int kTurnBarrier = 2;
 
-static_assert(kBM == kConsumers * kWgmmaM, "one 64-row wgmma per consumer warpgroup");
-static_assert(kBN == 2 * kBM, "a square of the triangle is two units, one above the other");
+static_assert(kBM == kHalves * kWgmmaM && kBN == kWgmmaN, "a unit is one consumer's wgmma pair");
+static_assert(kBM == kBN, "a unit is a square of the triangle, its two tiles one box of X");
+static_assert(kConsumers == 2,
+              "the consumers take turns: each hands the tensor cores to the other");
+static_assert(kSumBarrier < kTurnBarrier && kTurnBarrier + kConsumers <= 16,
+              "the turns' barriers are their own, among the 16 an SM has");
 static_assert(kBK * 2 == course::kSwizzleRowBytes && kBK % kWgmmaK == 0,
               "a stage's rows are one 128-byte swizzled row of whole k16 steps");
-static_assert(kATileBytes % 1024 == 0 && kBTileBytes % 1024 == 0,
-              "every tile starts on 1024 bytes, where the 128-byte swizzle pattern starts");
-static_assert(kAccumulators == 128, "hopper::wgmma_m64n256k16 has 128 accumulators per thread");
+static_assert(kTileBytes % 1024 == 0 && kWgmmaM * course::kSwizzleRowBytes % 1024 == 0,
+              "every tile and half starts on 1024 bytes, where the swizzle pattern starts");
+static_assert(kHalfAccumulators == 64, "hopper::wgmma_m64n128k16 has 64 accumulators per thread");
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
               "the register file holds the split");
 static_assert(kSharedBytes + kStaticSharedBytes <= 227 * 1024,
               "the stages and the staging fit the 227 KB an H100 block may opt into");
 static_assert(kWarpRows * (kWarpgroupThreads / 32) == kWgmmaM && kBN % kChunkColumns == 0 &&
-                  kChunkRegisters * (kBN / kChunkColumns) == kAccumulators,
-              "each warp of a consumer stages its own 16 rows, chunk after chunk");
+                  kChunkRegisters * kChunks == kHalves * kHalfAccumulators,
+              "each warp of a consumer stages its own 16 rows of each half, chunk after chunk");
 static_assert(kChunkColumns / 4 == 16 && kWarpRows % 2 == 0,
               "a half warp reads back one row's 16 units of 4 floats, the two halves two rows");
 
-// A unit of work: the kBM x kBN tile of X X^T at (row0, col0); `empty` where its rows start past
-// N (the lower half of the last square, where N - 256 si <= 128), which no role copies or computes.
+// A unit of work: the kBM x kBN tile of X X^T at (row0, col0).
 struct Unit {
     int row0, col0;
-    bool empty;
 };
+
+// The units: the squares of the triangle, i <= j (a pair i < j lies in square (i / kBM, j / kBN)).
+__host__ __device__ int unit_count(int N) {
+    const int squares = course::ceil_div(N, kBN);
+    return squares * (squares + 1) / 2;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the Hopper instructions exist in sm_90a code only
 
-// Unit u: square u / 2 of the triangle (the readable solution's walk, rows of squares - si
-// squares), its upper (u even) or lower kBM rows. A pair i < j lies in square (i / kBN, j / kBN),
-// so in one unit; the lower half of a diagonal square holds pairs too (its rows against the
-// square's right half), so both halves of every square are computed.
-__device__ Unit unit_of(int unit, int squares, int N) {
+// Unit u: square u of the triangle (the readable solution's walk, rows of squares - si squares).
+__device__ Unit unit_of(int unit, int squares) {
     int si, sj;
-    readable::triangle_tile(unit / 2, squares, si, sj);
-    const int row0 = si * kBN + unit % 2 * kBM;
-    return {row0, sj * kBN, row0 >= N};
+    readable::triangle_tile(unit, squares, si, sj);
+    return {si * kBM, sj * kBN};
 }
 
-// wgmma_gemm's issue_stage: a consumer's 64 rows of the A tile by the whole B tile, the k16 steps
-// 32 bytes apart in their rows, one wgmma group between the fences the accumulators need.
-__device__ void issue_stage(float (&acc)[kAccumulators], const unsigned char* a_stage,
-                            const unsigned char* b_stage, int consumer) {
-    const std::uint32_t a_start =
-        hopper::shared_address(a_stage) + consumer * kWgmmaM * course::kSwizzleRowBytes;
+// The accumulators are written in the background while wgmma runs (hopper.h says why).
+__device__ void fence_accumulators(float (&acc)[kHalves][kHalfAccumulators]) {
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) hopper::fence_accumulators(acc[h]);
+}
+
+// wgmma_gemm's issue_stage, for two halves: each k16 step multiplies the A tile's upper and lower
+// 64 rows (8 KB apart, whole swizzle patterns) by the whole B tile, the k16 steps 32 bytes apart
+// in their rows, one wgmma group between the fences the accumulators need.
+__device__ void issue_stage(float (&acc)[kHalves][kHalfAccumulators], const unsigned char* a_stage,
+                            const unsigned char* b_stage) {
+    const std::uint32_t a_start = hopper::shared_address(a_stage);
     const std::uint32_t b_start = hopper::shared_address(b_stage);
-    hopper::fence_accumulators(acc);
+    fence_accumulators(acc);
     hopper::wgmma_fence();
 #pragma unroll
     for (int s = 0; s < kBK / kWgmmaK; ++s)
-        hopper::wgmma_m64n256k16(acc, course::wgmma_descriptor_k_major_128b(a_start + 32 * s),
-                                 course::wgmma_descriptor_k_major_128b(b_start + 32 * s), true);
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h)
+            hopper::wgmma_m64n128k16<0>(
+                acc[h],
+                course::wgmma_descriptor_k_major_128b(
+                    a_start + h * kWgmmaM * course::kSwizzleRowBytes + 32 * s),
+                course::wgmma_descriptor_k_major_128b(b_start + 32 * s), true);
     hopper::wgmma_commit();
 }
 
@@ -150,41 +178,45 @@ __device__ int staged(int row, int position) {
     return row * kChunkColumns + ((position / 4) ^ pattern) * 4 + position % 4;
 }
 
-// A consumer's 64 x 256 dot products of `unit`, normalized, into the packed triangle where
-// row < col < N; returns the sum of the distances it wrote. Each warp holds 16 of the rows (the
-// wgmma D layout: register reg is the product at course::wgmma_d_element(thread, reg)) and writes
-// them a chunk of kChunkColumns columns at a time: the distances into its own `staging` (no other
-// warp reads it: a __syncwarp orders the writes and the reads), read back by rows, 4 columns per
-// thread: a half warp is one row's 64 columns, 16 16-byte stores into its contiguous run.
-__device__ float store_distances(const float (&acc)[kAccumulators], const float* inverse,
-                                 float* distances, int N, const Unit& unit, int consumer,
-                                 int thread, float* staging) {
+// A consumer's unit, its 128 x 128 dot products, normalized, into the packed triangle where
+// row < col < N; returns the sum of the distances it wrote. Each warp holds 16 rows of each half
+// (the wgmma D layout: register reg of a half is the product at course::wgmma_d_element(thread,
+// reg)) and writes them a chunk of kChunkColumns columns at a time, the upper half's two chunks,
+// then the lower's: the distances into its own `staging` (no other warp reads it: a __syncwarp
+// orders the writes and the reads), read back by rows, 4 columns per thread: a half warp is one
+// row's 64 columns, 16 16-byte stores into its contiguous run.
+__device__ float store_distances(const float (&acc)[kHalves][kHalfAccumulators],
+                                 const float* inverse, float* distances, int N, const Unit& unit,
+                                 int consumer, int thread, float* staging) {
     const int warp = thread / 32, lane = thread % 32;
     float* const mine = staging + (consumer * (kWarpgroupThreads / 32) + warp) * kStagingFloats;
-    const int first_row = unit.row0 + consumer * kWgmmaM + warp * kWarpRows;
-    // The thread's two rows (registers 4 k + {0, 1} and 4 k + {2, 3}): their norms, loaded once.
-    // Rows and columns past N (the last square's) read row N - 1's: those are never stored.
-    float inverse_row[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = course::wgmma_d_element(thread, 2 * h).row % kWarpRows;
-        inverse_row[h] = inverse[min(first_row + r, N - 1)];
-    }
     const int unit_of_lane = lane % 16;  // the 16-byte unit of its rows this lane reads back
     float sum = 0.0f;
 #pragma unroll 1
-    for (int chunk = 0; chunk < kBN / kChunkColumns; ++chunk) {
-        // Registers need constant indices: every store is unrolled, the chunk's are taken.
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+        const int half = chunk / (kBN / kChunkColumns);
+        const int first_row = unit.row0 + half * kWgmmaM + warp * kWarpRows;
+        // The thread's two rows of the half (registers 4 k + {0, 1} and 4 k + {2, 3}): their
+        // norms. Rows and columns past N (the last square's) read row N - 1's: never stored.
+        float inverse_row[2];
 #pragma unroll
-        for (int reg = 0; reg < kAccumulators; ++reg) {
+        for (int h = 0; h < 2; ++h) {
+            const int r = course::wgmma_d_element(thread, 2 * h).row % kWarpRows;
+            inverse_row[h] = inverse[min(first_row + r, N - 1)];
+        }
+        // Registers need constant indices: every store is unrolled, the chunk's are taken
+        // (register reg of the two halves, one after the other, is in chunk reg / kChunkRegisters).
+#pragma unroll
+        for (int reg = 0; reg < kHalves * kHalfAccumulators; ++reg) {
             if (reg / kChunkRegisters != chunk) continue;
-            const course::Coord e = course::wgmma_d_element(thread, reg);
+            const float product = acc[reg / kHalfAccumulators][reg % kHalfAccumulators];
+            const course::Coord e = course::wgmma_d_element(thread, reg % kHalfAccumulators);
             const int r = e.row % kWarpRows;
             mine[staged(r, (e.col + run_shift(first_row + r, N)) % kChunkColumns)] =
-                1.0f - acc[reg] * inverse_row[reg % 4 / 2] * inverse[min(unit.col0 + e.col, N - 1)];
+                1.0f - product * inverse_row[reg % 4 / 2] * inverse[min(unit.col0 + e.col, N - 1)];
         }
         __syncwarp();
-        const int chunk_col = unit.col0 + chunk * kChunkColumns;
+        const int chunk_col = unit.col0 + chunk % (kBN / kChunkColumns) * kChunkColumns;
 #pragma unroll
         for (int r = lane / 16; r < kWarpRows; r += 2) {
             const int row = first_row + r;
@@ -221,35 +253,35 @@ __device__ float store_distances(const float (&acc)[kAccumulators], const float*
 
 }  // namespace
 
-// Both roles walk the same units (unit = blockIdx.x, then a stride of the grid) and count the
-// same loads: load number `load` of the block goes to stage load % kStages in pass load / kStages
-// of the ring, whose phase parity is that pass's parity (wgmma_gemm.cu says why the producer's
-// first wait, on the phase "before the first", returns at once).
+// Both roles walk the same units (unit = blockIdx.x, then a stride of the grid; the block's l-th is
+// consumer l % 2's) and count the same loads (the l-th unit's are loads l k_tiles onward): load
+// number `load` of the block goes to stage load % kStages in pass load / kStages of the ring,
+// whose phase parity is that pass's parity (wgmma_gemm.cu says why the producer's first wait, on
+// the phase "before the first", returns at once).
 __global__ void __launch_bounds__(kThreads, 1)
-    pairwise_cosine_wgmma_kernel(const __grid_constant__ CUtensorMap a_map,
-                                 const __grid_constant__ CUtensorMap b_map,
+    pairwise_cosine_wgmma_kernel(const __grid_constant__ CUtensorMap map,
                                  const float* __restrict__ inverse, float* __restrict__ distances,
                                  float* mean, int N, int D) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char shared_raw[];
     __shared__ std::uint64_t full[kStages];   // phase done: the stage's copies have landed
-    __shared__ std::uint64_t empty[kStages];  // phase done: every consumer is done reading it
+    __shared__ std::uint64_t empty[kStages];  // phase done: its unit's consumer is done reading it
     constexpr int kConsumerWarps = kConsumerThreads / 32;
     __shared__ float warp_sums[kConsumerWarps];
     unsigned char* const stages =
         shared_raw + (1024 - hopper::shared_address(shared_raw) % 1024) % 1024;
     const auto a_tile = [&](int stage) { return stages + stage * kStageBytes; };
-    const auto b_tile = [&](int stage) { return stages + stage * kStageBytes + kATileBytes; };
+    const auto b_tile = [&](int stage) { return stages + stage * kStageBytes + kTileBytes; };
 
     const int squares = course::ceil_div(N, kBN);
-    const int units = squares * (squares + 1);  // two per square of the triangle
-    const int k_tiles = D / kBK;                // D is a multiple of 64
+    const int units = unit_count(N);
+    const int k_tiles = D / kBK;  // D is a multiple of 64
     const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
             hopper::mbarrier_init(&full[s], 1);
-            hopper::mbarrier_init(&empty[s], kConsumerThreads);
+            hopper::mbarrier_init(&empty[s], kWarpgroupThreads);
         }
         hopper::fence_barrier_init();
     }
@@ -260,15 +292,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x == 0) {
             int load = 0;
             for (int u = blockIdx.x; u < units; u += gridDim.x) {
-                const Unit unit = unit_of(u, squares, N);
-                if (unit.empty) continue;
-                // The i tile (A) and the j tile (B) are rows of X both: one matrix, two boxes.
+                const Unit unit = unit_of(u, squares);
+                // The i tile (A) and the j tile (B) are rows of X both: one matrix, one box.
                 for (int kt = 0; kt < k_tiles; ++kt, ++load) {
                     const int stage = load % kStages;
                     hopper::mbarrier_wait(&empty[stage], (load / kStages % 2) ^ 1);
                     hopper::mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
-                    hopper::tma_load_2d(a_tile(stage), &a_map, kt * kBK, unit.row0, &full[stage]);
-                    hopper::tma_load_2d(b_tile(stage), &b_map, kt * kBK, unit.col0, &full[stage]);
+                    hopper::tma_load_2d(a_tile(stage), &map, kt * kBK, unit.row0, &full[stage]);
+                    hopper::tma_load_2d(b_tile(stage), &map, kt * kBK, unit.col0, &full[stage]);
                 }
             }
         }
@@ -277,24 +308,32 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int consumer = warpgroup - 1;
         const int thread = threadIdx.x % kWarpgroupThreads;
         float sum = 0.0f;
-        int load = 0;
-        for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const Unit unit = unit_of(u, squares, N);
-            if (unit.empty) continue;
-            float acc[kAccumulators] = {};
+        for (int l = consumer, u = blockIdx.x + consumer * gridDim.x; u < units;
+             l += kConsumers, u += kConsumers * gridDim.x) {
+            const Unit unit = unit_of(u, squares);
+            // Wait for the turn: the other consumer has issued all of unit l - 1's products (the
+            // block's first unit has no one before it).
+            if (l > 0) hopper::named_barrier_sync(kTurnBarrier + consumer, kConsumerThreads);
+            float acc[kHalves][kHalfAccumulators] = {};
+            int load = l * k_tiles;
             for (int kt = 0; kt < k_tiles; ++kt, ++load) {
                 const int stage = load % kStages;
                 hopper::mbarrier_wait(&full[stage], load / kStages % 2);
-                issue_stage(acc, a_tile(stage), b_tile(stage), consumer);
+                issue_stage(acc, a_tile(stage), b_tile(stage));
                 // This stage's products may still run; the previous stage's are done.
                 hopper::wgmma_wait<1>();
-                hopper::fence_accumulators(acc);
+                fence_accumulators(acc);
                 if (kt > 0) hopper::mbarrier_arrive(&empty[(load - 1) % kStages]);
             }
+            // The products are issued: the turn goes to the other consumer, whose unit l + 1's
+            // products then run while this one's last stage finishes and its distances are
+            // written. (Only where the block has a unit l + 1: no arrival is left unmatched.)
+            if (u + gridDim.x < units)
+                hopper::named_barrier_arrive(kTurnBarrier + 1 - consumer, kConsumerThreads);
             // The unit's last stage goes back to the producer before the distances are written:
             // its next copies overlap the stores below.
             hopper::wgmma_wait<0>();
-            hopper::fence_accumulators(acc);
+            fence_accumulators(acc);
             hopper::mbarrier_arrive(&empty[(load - 1) % kStages]);
             sum += store_distances(acc, inverse, distances, N, unit, consumer, thread,
                                    reinterpret_cast<float*>(stages + kStages * kStageBytes));
@@ -306,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, offset);
         const int warp = (threadIdx.x - kWarpgroupThreads) / 32;
         if (threadIdx.x % 32 == 0) warp_sums[warp] = sum;
-        hopper::named_barrier_sync(1, kConsumerThreads);  // the consumers only
+        hopper::named_barrier_sync(kSumBarrier, kConsumerThreads);  // the consumers only
         if (warp == 0 && threadIdx.x % 32 == 0) {
             float block_sum = 0.0f;
             for (int w = 0; w < kConsumerWarps; ++w) block_sum += warp_sums[w];
@@ -349,18 +388,16 @@ void pairwise_cosine(const __nv_bfloat16* X, float* distances, float* mean, floa
     CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
     // hopper::tensor_map takes the tensor-core exercises' element, bf16 wherever this runs.
     const auto* matrix = reinterpret_cast<const course::TensorElement*>(X);
-    const CUtensorMap a_map = hopper::tensor_map(matrix, N, D, kBM, kBK);
-    const CUtensorMap b_map = hopper::tensor_map(matrix, N, D, kBN, kBK);
+    const CUtensorMap map = hopper::tensor_map(matrix, N, D, kBM, kBK);
 
     readable::inverse_norms_kernel<<<course::ceil_div(N, readable::kNormRows),
                                      32 * readable::kNormRows>>>(X, workspace, N, D);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemsetAsync(mean, 0, sizeof(float)));  // the blocks add their shares to it
     // One block per SM (a block holds most of an SM's shared memory), none more than the units.
-    const int squares = course::ceil_div(N, kBN);
-    const int units = squares * (squares + 1);
+    const int units = unit_count(N);
     const int blocks = units < multiprocessors ? units : multiprocessors;
-    pairwise_cosine_wgmma_kernel<<<blocks, kThreads, kSharedBytes>>>(a_map, b_map, workspace,
-                                                                     distances, mean, N, D);
+    pairwise_cosine_wgmma_kernel<<<blocks, kThreads, kSharedBytes>>>(map, workspace, distances,
+                                                                     mean, N, D);
     CUDA_CHECK_LAUNCH();
 }
