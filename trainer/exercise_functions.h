@@ -35,6 +35,7 @@
 #include "07_attention/flash_causal.h"
 #include "07_attention/flash_forward.h"
 #include "07_attention/flash_tc.h"
+#include "07_attention/flash_wgmma.h"
 #include "08_training/adamw.h"
 #include "08_training/embedding.h"
 #include "08_training/gelu.h"
@@ -106,6 +107,7 @@ static_assert(std::is_same_v<decltype(::decode_attention), trainer::exercise::De
     X("flash_forward", flash_forward, decltype(::flash_forward))                                   \
     X("flash_causal", flash_causal, decltype(::flash_causal))                                      \
     X("flash_tc", flash_tc, decltype(::flash_tc))                                                  \
+    X("flash_wgmma", flash_wgmma, decltype(::flash_wgmma))                                         \
     X("flash_backward", flash_backward, decltype(::flash_backward))                                \
     X("linear_backward", linear_backward, decltype(::linear_backward))                             \
     X("gelu_forward float", gelu_forward, trainer::exercise::GeluForward<float>)                   \

@@ -260,7 +260,7 @@ std::string boundary(ExerciseOp op, const Plugged& p) {
                        "gradients (the trainer accumulates them)";
             break;
         case kAttention:
-            if (has("flash_tc") && bf16_run)
+            if ((has("flash_wgmma") || has("flash_tc")) && bf16_run)
                 return "q, k, v cut out of the packed qkv [B, T, 3C] into [B][H][T][D], out put "
                        "back; heads of 64 or 128";
             if (has("flash_causal") || has("flash_forward") || has("attention_naive"))
@@ -942,7 +942,10 @@ void exercise_attention(ExerciseTable& table, Act* out, float* L, const Act* qkv
     const long long btc = static_cast<long long>(B) * T * C;
     const float scale = attention_scale(HS);
     if constexpr (std::is_same_v<Act, bf16>) {
-        if (auto* f = p.function<decltype(::flash_tc)>("flash_tc")) {
+        // flash_wgmma's contract is flash_tc's (on Hopper's instructions): the same call.
+        auto* f = p.function<decltype(::flash_wgmma)>("flash_wgmma");
+        if (!f) f = p.function<decltype(::flash_tc)>("flash_tc");
+        if (f) {
             bf16* q = scratch<bf16>(kHeads, 4 * btc);  // q, k, v, then out
             to_heads(q, qkv, 3, B, T, NH, HS);
             f(q, q + btc, q + 2 * btc, q + 3 * btc, L, B, NH, T, HS, scale, true);

@@ -8,9 +8,10 @@
 // causal softmax (a warp per row), the residual add, a fused softmax cross-entropy that writes its
 // gradient over the logits, and a fused AdamW. Attention in bf16 with heads of 64 or 128 is fused
 // on GPUs with bf16 tensor cores: cuDNN's flash attention reading the packed qkv in place, where
-// the build has cuDNN, else module 07's (the fast references of flash_tc and flash_backward,
-// through their contracts); elsewhere (fp32, fp16, other head sizes, older GPUs) the scores are
-// written out and softmaxed between two products. Every reduction into a parameter gradient runs
+// the build has cuDNN, else module 07's through their contracts (the forward flash_wgmma on a
+// Hopper GPU, else flash_tc's fast reference; the backward flash_backward's fast reference);
+// elsewhere (fp32, fp16, other head sizes, older GPUs) the scores are written out and softmaxed
+// between two products. Every reduction into a parameter gradient runs
 // in a fixed order; so does everything else but the fused backwards' dq (module 07's float atomics
 // make bf16 runs with it repeat to rounding rather than bit for bit; cuDNN does not promise
 // either). In the all-fp32 mode, LayerNorm's forward and the causal softmax are module 06's fast
@@ -45,6 +46,7 @@
 #include "course/launch.h"
 #include "flash_backward.h"  // module 07: attention backward, bf16 (flash_backward_fast.cu)
 #include "flash_tc.h"        // module 07: attention forward, bf16 (flash_tc_fast.cu)
+#include "flash_wgmma.h"     // module 07: attention forward on Hopper, bf16 (flash_wgmma.cu)
 #include "kernel_common.h"
 #include "layernorm.h"       // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
@@ -815,7 +817,10 @@ void scores_attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* do
 //
 // No T x T buffer: the forward keeps each row's logsumexp, the backward recomputes the
 // probabilities from it. The kernels take [B, NH, T, HS] tensors, so q, k, v (and out, dout)
-// are split per head around them as in the T x T way.
+// are split per head around them as in the T x T way. The forward is flash_wgmma where it runs
+// (flash_wgmma_runs_here: a Hopper GPU, sm_90a code in this build), else flash_tc's fast
+// reference: one contract (flash_wgmma's is flash_tc's, on Hopper's instructions), so the
+// backward reads the same O and logsumexps whichever wrote them.
 
 __global__ void tensor_core_probe_kernel() {}
 
@@ -844,7 +849,10 @@ void flash_attention_forward(bf16* out, float* lse, bf16* scratch, const bf16* q
     const long long btc = static_cast<long long>(B) * T * C;
     bf16 *q = scratch, *k = scratch + btc, *v = scratch + 2 * btc, *y = scratch + 3 * btc;
     split_heads(q, qkv, 3, B, T, NH, HS);
-    ::flash_tc(q, k, v, y, lse, B, NH, T, HS, attention_scale(HS), true);
+    if (flash_wgmma_runs_here())
+        ::flash_wgmma(q, k, v, y, lse, B, NH, T, HS, attention_scale(HS), true);
+    else
+        ::flash_tc(q, k, v, y, lse, B, NH, T, HS, attention_scale(HS), true);
     merge_heads(out, y, 1, B, T, NH, HS);
 }
 
