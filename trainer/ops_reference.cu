@@ -43,10 +43,9 @@
 #include "course/baselines.h"  // cuDNN's fused attention (common/baselines/cudnn_attention.cu)
 #include "course/exercise.h"
 #include "course/launch.h"
-#include "flash_backward.h"        // module 07: attention backward, bf16 (flash_backward_fast.cu)
-#include "flash_tc.h"              // module 07: attention forward, bf16 (flash_tc_fast.cu)
-#include "flash_wgmma_backward.h"  // module 07: the backward on Hopper, bf16 (its fast reference)
-#include "flash_wgmma_packed.h"    // module 07: the forward on Hopper (flash_wgmma_fast.cu)
+#include "flash_backward.h"      // module 07: attention backward, bf16 (flash_backward_fast.cu)
+#include "flash_tc.h"            // module 07: attention forward, bf16 (flash_tc_fast.cu)
+#include "flash_wgmma_packed.h"  // module 07: both on Hopper, bf16 (flash_wgmma*_fast.cu)
 #include "kernel_common.h"
 #include "layernorm.h"  // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
@@ -820,9 +819,9 @@ void scores_attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* do
 // kernels are flash_wgmma's and flash_wgmma_backward's fast references, else flash_tc's and
 // flash_backward's: one contract each (the Hopper ones are the others' on Hopper's instructions),
 // with the same O and logsumexps between them. The contracts take [B, NH, T, HS] tensors, so q, k,
-// v (and out, dout) are split per head around them as in the T x T way, except in the Hopper
-// forward: flash_wgmma's fast reference reads q, k, v in the packed qkv and writes out token-major
-// itself (flash_wgmma_packed.h).
+// v (and out, dout) are split per head around them as in the T x T way, except on Hopper: the fast
+// references read q, k, v in the packed qkv and out, dout token-major themselves, and the forward
+// writes out token-major (flash_wgmma_packed.h); dq, dk, dv, in float, are merged back as before.
 
 __global__ void tensor_core_probe_kernel() {}
 
@@ -867,15 +866,16 @@ void flash_attention_backward(bf16* dqkv, bf16* scratch, const bf16* dout, const
          *dy = scratch + 4 * btc;
     // dq, dk, dv in float, one after another (merged back as one count-3 tensor)
     float* dq = reinterpret_cast<float*>(scratch + 5 * btc);
-    split_heads(q, qkv, 3, B, T, NH, HS);
-    split_heads(y, out, 1, B, T, NH, HS);
-    split_heads(dy, dout, 1, B, T, NH, HS);
-    if (flash_wgmma_runs_here())
-        ::flash_wgmma_backward(q, k, v, y, dy, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
-                               attention_scale(HS), true);
-    else
+    if (flash_wgmma_runs_here()) {
+        ::flash_wgmma_backward_packed(qkv, out, dout, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
+                                      attention_scale(HS), true);
+    } else {
+        split_heads(q, qkv, 3, B, T, NH, HS);
+        split_heads(y, out, 1, B, T, NH, HS);
+        split_heads(dy, dout, 1, B, T, NH, HS);
         ::flash_backward(q, k, v, y, dy, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
                          attention_scale(HS), true);
+    }
     merge_heads(dqkv, dq, 3, B, T, NH, HS);
 }
 

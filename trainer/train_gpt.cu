@@ -666,7 +666,7 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
         const std::string flash =
             std::string("module 07's flash kernels (fast references): ") +
             (flash_wgmma_runs_here()
-                 ? "flash_wgmma on the packed qkv, flash_wgmma_backward (Hopper)"
+                 ? "flash_wgmma, flash_wgmma_backward, on the packed qkv (Hopper)"
                  : "flash_tc, flash_backward");
         if (o.attention == "cudnn")
             std::printf("attention: fused, cuDNN's (where it refuses, %s)\n", flash.c_str());

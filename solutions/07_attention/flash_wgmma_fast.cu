@@ -40,7 +40,6 @@
 #include "course/exercise.h"
 #include "course/gemm_layout.h"
 #include "course/launch.h"
-#include "course/tensor_map.h"
 #include "flash_wgmma.h"
 #include "flash_wgmma_packed.h"
 #include "hopper_attention.h"
@@ -79,18 +78,6 @@ __device__ int items_taken;
 
 using readable::issue_output;
 using readable::issue_scores;
-
-// Copies the box of `map` whose first element is (col, row, sequence) into shared memory at
-// `destination` (as hopper::tma_load_2d, one dimension more).
-__device__ inline void tma_load_3d(void* destination, const CUtensorMap* map, int col, int row,
-                                   int sequence, std::uint64_t* barrier) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(hopper::shared_address(destination)),
-        "l"(reinterpret_cast<std::uint64_t>(map)), "r"(col), "r"(row), "r"(sequence),
-        "r"(hopper::shared_address(barrier))
-        : "memory");
-}
 
 // A work item: a head and its tile of kBlockM query rows. Items are numbered section by section
 // (section_heads heads each, the last one what is left), and within a section by query tile, the
@@ -176,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int col = w.head % heads_per_row * kD;
                 hopper::mbarrier_arrive_expect_tx(&q_full, S::kQBytes);
                 for (int c = 0; c < S::kChunks; ++c)
-                    tma_load_3d(q_tile + c * kBlockM * 128, &q_map, col + c * kChunkCols, w.q0,
-                                sequence, &q_full);
+                    hopper::tma_load_3d(q_tile + c * kBlockM * 128, &q_map, col + c * kChunkCols,
+                                        w.q0, sequence, &q_full);
                 // The next item, taken now: the atomic's round trip passes while this item's K/V
                 // copies wait for free stages. Items 0 .. gridDim.x - 1 are the blocks' first.
                 const int next = gridDim.x + atomicAdd(next_item, 1);
@@ -189,10 +176,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                     hopper::mbarrier_wait(&empty[stage], pass_parity ^ 1);
                     hopper::mbarrier_arrive_expect_tx(&full[stage], 2 * S::kKVBytes);
                     for (int c = 0; c < S::kChunks; ++c) {
-                        tma_load_3d(k_tile(stage) + c * kBlockN * 128, &k_map, col + c * kChunkCols,
-                                    tile * kBlockN, sequence, &full[stage]);
-                        tma_load_3d(v_tile(stage) + c * kBlockN * 128, &v_map, col + c * kChunkCols,
-                                    tile * kBlockN, sequence, &full[stage]);
+                        hopper::tma_load_3d(k_tile(stage) + c * kBlockN * 128, &k_map,
+                                            col + c * kChunkCols, tile * kBlockN, sequence,
+                                            &full[stage]);
+                        hopper::tma_load_3d(v_tile(stage) + c * kBlockN * 128, &v_map,
+                                            col + c * kChunkCols, tile * kBlockN, sequence,
+                                            &full[stage]);
                     }
                 }
                 item = next;
@@ -331,32 +320,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The tensor map of q, k or v: `sequences` sequences of T rows of `cols` bf16 columns, rows
-// `row_stride` elements apart, sequences T row_stride apart, copied in boxes of kChunkCols columns
-// x box_rows rows of one sequence with the 128-byte swizzle (zeros past T).
-CUtensorMap tensor_map_3d(const __nv_bfloat16* tensor, int cols, int T, int sequences,
-                          long long row_stride, int box_rows) {
-    // TMA's rules: a 16-byte aligned start, strides in multiples of 16 bytes.
-    if (reinterpret_cast<std::uintptr_t>(tensor) % 16 != 0 || row_stride % 8 != 0)
-        throw std::runtime_error(
-            "flash_wgmma: q, k, v must start on 16-byte boundaries, their "
-            "rows a multiple of 8 elements apart (TMA)");
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(T),
-                                static_cast<cuuint64_t>(sequences)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride) * 2,
-                                   static_cast<cuuint64_t>(T) * row_stride * 2};
-    const cuuint32_t box[3] = {kChunkCols, static_cast<cuuint32_t>(box_rows), 1};
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    CUtensorMap map{};
-    const CUresult result = course::tensor_map_encoder()(
-        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(tensor), dims,
-        strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (result != CUDA_SUCCESS)
-        throw std::runtime_error("cuTensorMapEncodeTiled failed, error " + std::to_string(result));
-    return map;
-}
-
 // Where q, k, v and O lie: `sequences` sequences of T rows, each row `heads_per_row` heads of kD
 // side by side; q's, k's and v's rows row_stride elements apart, O's o_row_stride.
 struct Layout {
@@ -384,7 +347,8 @@ void launch(const Layout& at, float* L, int T, float scale, bool causal) {
     const int heads_total = at.sequences * at.heads_per_row;
     const int cols = at.heads_per_row * kD;
     const auto map = [&](const __nv_bfloat16* tensor, int box_rows) {
-        return tensor_map_3d(tensor, cols, T, at.sequences, at.row_stride, box_rows);
+        return hopper::tensor_map_3d(tensor, cols, T, at.sequences, at.row_stride, box_rows,
+                                     kChunkCols);
     };
     const CUtensorMap q_map = map(at.Q, kBlockM);
     const CUtensorMap k_map = map(at.K, kBlockN);
