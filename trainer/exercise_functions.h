@@ -7,7 +7,8 @@
 // The contracts come from the modules' headers, so a change of a contract shows here. Overloads
 // (module 08's float and bf16 versions) are named by their type. The optional entry points of
 // the fast references (vector_add_bf16, gemm_bf16_epilogue, layernorm_bf16,
-// layernorm_backward_bf16, cross_entropy_bf16: course/entry_point.h) are keys like the others: a
+// layernorm_backward_bf16, cross_entropy_bf16, flash_wgmma_packed: course/entry_point.h) are keys
+// like the others: a
 // library whose file does not define one answers null, and the table converts around the
 // contract instead. Module 10's functions have their types written here as well, which the tables
 // call: a course without the module (it is not in modules/ yet) builds without its headers and its
@@ -35,6 +36,8 @@
 #include "07_attention/flash_causal.h"
 #include "07_attention/flash_forward.h"
 #include "07_attention/flash_tc.h"
+#include "07_attention/flash_wgmma.h"
+#include "07_attention/flash_wgmma_packed.h"
 #include "08_training/adamw.h"
 #include "08_training/embedding.h"
 #include "08_training/gelu.h"
@@ -106,6 +109,8 @@ static_assert(std::is_same_v<decltype(::decode_attention), trainer::exercise::De
     X("flash_forward", flash_forward, decltype(::flash_forward))                                   \
     X("flash_causal", flash_causal, decltype(::flash_causal))                                      \
     X("flash_tc", flash_tc, decltype(::flash_tc))                                                  \
+    X("flash_wgmma", flash_wgmma, decltype(::flash_wgmma))                                         \
+    X("flash_wgmma_packed", flash_wgmma_packed, decltype(::flash_wgmma_packed))                    \
     X("flash_backward", flash_backward, decltype(::flash_backward))                                \
     X("linear_backward", linear_backward, decltype(::linear_backward))                             \
     X("gelu_forward float", gelu_forward, trainer::exercise::GeluForward<float>)                   \

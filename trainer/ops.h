@@ -203,6 +203,13 @@ struct Ops {
 // for the tests to check both ways.
 void allow_cudnn_attention(bool allowed);
 
+// Whether the reference's bf16 attention, where it is module 07's (--attention flash, or where
+// cuDNN refuses), is flash_wgmma's and flash_wgmma_backward's fast references (FlashAttention-3's
+// design: TMA, wgmma, warp specialization; reading the packed qkv in place): on a
+// Hopper GPU (compute capability 9.0) in a build with sm_90a device code (hopper_probe.cu).
+// Elsewhere it is flash_tc's and flash_backward's fast references (FlashAttention-2's design).
+bool flash_wgmma_runs_here();
+
 // The "profile" table's times so far are dropped (train_gpt calls it after the first step, whose
 // ops also make cuBLASLt's and cuDNN's plans); a no-op for the other tables.
 void forget_op_times();

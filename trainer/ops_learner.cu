@@ -16,7 +16,8 @@
 // What the conversions cost is the bf16 run's price for fp32 contracts, and the fast references
 // avoid it: where the library of an op's exercise also defines the optional entry point with the
 // trainer's own precision and layout (course/entry_point.h: vector_add_bf16, gemm_bf16_epilogue,
-// layernorm_bf16, layernorm_backward_bf16, cross_entropy_bf16), a bf16 run calls that instead,
+// layernorm_bf16, layernorm_backward_bf16, cross_entropy_bf16, flash_wgmma_packed), a bf16 run
+// calls that instead,
 // with nothing around it; a library without one (a learner's file) runs as above. The printout
 // says which path each op took.
 //
@@ -260,7 +261,10 @@ std::string boundary(ExerciseOp op, const Plugged& p) {
                        "gradients (the trainer accumulates them)";
             break;
         case kAttention:
-            if (has("flash_tc") && bf16_run)
+            if (has("flash_wgmma_packed") && bf16_run)
+                return "flash_wgmma_packed: q, k, v read in the packed qkv [B, T, 3C], out written "
+                       "token-major; heads of 64 or 128";
+            if ((has("flash_wgmma") || has("flash_tc")) && bf16_run)
                 return "q, k, v cut out of the packed qkv [B, T, 3C] into [B][H][T][D], out put "
                        "back; heads of 64 or 128";
             if (has("flash_causal") || has("flash_forward") || has("attention_naive"))
@@ -942,7 +946,15 @@ void exercise_attention(ExerciseTable& table, Act* out, float* L, const Act* qkv
     const long long btc = static_cast<long long>(B) * T * C;
     const float scale = attention_scale(HS);
     if constexpr (std::is_same_v<Act, bf16>) {
-        if (auto* f = p.function<decltype(::flash_tc)>("flash_tc")) {
+        // flash_wgmma's fast reference reads the trainer's layouts itself (flash_wgmma_packed.h).
+        if (auto* f = p.function<decltype(::flash_wgmma_packed)>("flash_wgmma_packed")) {
+            f(qkv, out, L, B, NH, T, HS, scale, true);
+            return;
+        }
+        // flash_wgmma's contract is flash_tc's (on Hopper's instructions): the same call.
+        auto* f = p.function<decltype(::flash_wgmma)>("flash_wgmma");
+        if (!f) f = p.function<decltype(::flash_tc)>("flash_tc");
+        if (f) {
             bf16* q = scratch<bf16>(kHeads, 4 * btc);  // q, k, v, then out
             to_heads(q, qkv, 3, B, T, NH, HS);
             f(q, q + btc, q + 2 * btc, q + 3 * btc, L, B, NH, T, HS, scale, true);

@@ -8,16 +8,16 @@
 // causal softmax (a warp per row), the residual add, a fused softmax cross-entropy that writes its
 // gradient over the logits, and a fused AdamW. Attention in bf16 with heads of 64 or 128 is fused
 // on GPUs with bf16 tensor cores: cuDNN's flash attention reading the packed qkv in place, where
-// the build has cuDNN, else module 07's (the fast references of flash_tc and flash_backward,
-// through their contracts); elsewhere (fp32, fp16, other head sizes, older GPUs) the scores are
-// written out and softmaxed between two products. Every reduction into a parameter gradient runs
-// in a fixed order; so does everything else but the fused backwards' dq (module 07's float atomics
-// make bf16 runs with it repeat to rounding rather than bit for bit; cuDNN does not promise
-// either). In the all-fp32 mode, LayerNorm's forward and the causal softmax are module 06's fast
-// references, called through their contracts. fp16 (the T4's mixed precision) runs the bf16
-// mode's kernels on __half, with cuBLASLt's fp16 products; its loss scaling is the model's
-// (gpt.cu) and the loop's (train_gpt.cu). Generation's ops (a new token's embedding, the KV cache
-// written, decode attention, sampling) are in ops_generation.cu. Every kernel and product is
+// the build has cuDNN, else module 07's fast references (flash_wgmma and flash_wgmma_backward on
+// a Hopper GPU, else flash_tc and flash_backward); elsewhere (fp32, fp16, other head sizes, older
+// GPUs) the scores are written out and softmaxed between two products. Every reduction into a
+// parameter gradient runs in a fixed order; so does everything else but the fused backwards' dq
+// (module 07's float atomics make bf16 runs with it repeat to rounding rather than bit for bit;
+// cuDNN does not promise either). In the all-fp32 mode, LayerNorm's forward and the causal softmax
+// are module 06's fast references, called through their contracts. fp16 (the T4's mixed precision)
+// runs the bf16 mode's kernels on __half, with cuBLASLt's fp16 products; its loss scaling is the
+// model's (gpt.cu) and the loop's (train_gpt.cu). Generation's ops (a new token's embedding, the KV
+// cache written, decode attention, sampling) are in ops_generation.cu. Every kernel and product is
 // enqueued on op_stream() (ops.h), so that generation can capture a decoding step into a CUDA
 // graph.
 //
@@ -43,10 +43,11 @@
 #include "course/baselines.h"  // cuDNN's fused attention (common/baselines/cudnn_attention.cu)
 #include "course/exercise.h"
 #include "course/launch.h"
-#include "flash_backward.h"  // module 07: attention backward, bf16 (flash_backward_fast.cu)
-#include "flash_tc.h"        // module 07: attention forward, bf16 (flash_tc_fast.cu)
+#include "flash_backward.h"      // module 07: attention backward, bf16 (flash_backward_fast.cu)
+#include "flash_tc.h"            // module 07: attention forward, bf16 (flash_tc_fast.cu)
+#include "flash_wgmma_packed.h"  // module 07: both on Hopper, bf16 (flash_wgmma*_fast.cu)
 #include "kernel_common.h"
-#include "layernorm.h"       // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
+#include "layernorm.h"  // module 06: LayerNorm forward, fp32 (layernorm_fast.cu)
 #include "ops.h"
 #include "ops_generation.h"  // decode_embedding, kv_cache_write, decode_attention, sample
 #include "ops_reference.h"
@@ -814,8 +815,13 @@ void scores_attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* do
 // ---- Attention, the flash way: module 07's kernels (bf16, heads of 64 or 128) ----
 //
 // No T x T buffer: the forward keeps each row's logsumexp, the backward recomputes the
-// probabilities from it. The kernels take [B, NH, T, HS] tensors, so q, k, v (and out, dout)
-// are split per head around them as in the T x T way.
+// probabilities from it. Where flash_wgmma_runs_here (a Hopper GPU, sm_90a code in this build) the
+// kernels are flash_wgmma's and flash_wgmma_backward's fast references, else flash_tc's and
+// flash_backward's: one contract each (the Hopper ones are the others' on Hopper's instructions),
+// with the same O and logsumexps between them. The contracts take [B, NH, T, HS] tensors, so q, k,
+// v (and out, dout) are split per head around them as in the T x T way, except on Hopper: the fast
+// references read q, k, v in the packed qkv and out, dout token-major themselves, and the forward
+// writes out token-major (flash_wgmma_packed.h); dq, dk, dv, in float, are merged back as before.
 
 __global__ void tensor_core_probe_kernel() {}
 
@@ -841,6 +847,10 @@ bool attention_keeps_scores(int head_size) {
 void flash_attention_forward(bf16* out, float* lse, bf16* scratch, const bf16* qkv, int B, int T,
                              int C, int NH) {
     const int HS = C / NH;
+    if (flash_wgmma_runs_here()) {
+        ::flash_wgmma_packed(qkv, out, lse, B, NH, T, HS, attention_scale(HS), true);
+        return;
+    }
     const long long btc = static_cast<long long>(B) * T * C;
     bf16 *q = scratch, *k = scratch + btc, *v = scratch + 2 * btc, *y = scratch + 3 * btc;
     split_heads(q, qkv, 3, B, T, NH, HS);
@@ -856,11 +866,16 @@ void flash_attention_backward(bf16* dqkv, bf16* scratch, const bf16* dout, const
          *dy = scratch + 4 * btc;
     // dq, dk, dv in float, one after another (merged back as one count-3 tensor)
     float* dq = reinterpret_cast<float*>(scratch + 5 * btc);
-    split_heads(q, qkv, 3, B, T, NH, HS);
-    split_heads(y, out, 1, B, T, NH, HS);
-    split_heads(dy, dout, 1, B, T, NH, HS);
-    ::flash_backward(q, k, v, y, dy, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
-                     attention_scale(HS), true);
+    if (flash_wgmma_runs_here()) {
+        ::flash_wgmma_backward_packed(qkv, out, dout, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
+                                      attention_scale(HS), true);
+    } else {
+        split_heads(q, qkv, 3, B, T, NH, HS);
+        split_heads(y, out, 1, B, T, NH, HS);
+        split_heads(dy, dout, 1, B, T, NH, HS);
+        ::flash_backward(q, k, v, y, dy, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
+                         attention_scale(HS), true);
+    }
     merge_heads(dqkv, dq, 3, B, T, NH, HS);
 }
 

@@ -112,7 +112,8 @@ model
                         exercise, on step 0 and every N steps, and stop where they differ [0: off]
   --profile             time each op of the table alone (GPU time per op at exit)
   --attention NAME      bf16 attention: cudnn (cuDNN's fused attention,       [cudnn]
-                        where the build has cuDNN) or flash (module 07's kernels);
+                        where the build has cuDNN) or flash (module 07's kernels:
+                        flash_wgmma's on Hopper, flash_tc's elsewhere);
                         fp16 and fp32: cuBLAS products and a causal softmax
 batch
   -b N                  sequences per micro-batch                           [4]
@@ -661,11 +662,17 @@ int run(const Options& o, const GptConfig& config, const Tokenizer& tokenizer, T
                 describe(config).c_str(), param_layout(config).total / 1e6, precision.c_str(),
                 ops->name);
     const int head_size = config.channels / config.heads;
-    if (!ops->attention_keeps_scores(head_size))
-        std::printf("attention: fused, %s\n",
-                    o.attention == "cudnn" ? "cuDNN's (module 07's flash kernels where it refuses)"
-                                           : "module 07's flash kernels (--attention flash)");
-    else
+    if (!ops->attention_keeps_scores(head_size)) {
+        const std::string flash =
+            std::string("module 07's flash kernels (fast references): ") +
+            (flash_wgmma_runs_here()
+                 ? "flash_wgmma, flash_wgmma_backward, on the packed qkv (Hopper)"
+                 : "flash_tc, flash_backward");
+        if (o.attention == "cudnn")
+            std::printf("attention: fused, cuDNN's (where it refuses, %s)\n", flash.c_str());
+        else
+            std::printf("attention: fused, %s (--attention flash)\n", flash.c_str());
+    } else
         std::printf("attention: the T x T way, cuBLAS products and a causal softmax (%s)\n",
                     !std::is_same_v<Act, bf16> ? "the fused kernels here are bf16's"
                     : head_size == 64 || head_size == 128

@@ -282,6 +282,29 @@ def test_an_exercise_of_hopper_s_own_instructions_runs_on_hopper_alone():
                         "sm_100)"]
 
 
+def test_the_fast_table_takes_flash_wgmma_for_attention_on_hopper_only():
+    # The course's own ladder and fast choice: attention's first rung, 07 flash_wgmma (min_sm 90),
+    # where the GPU and the build are Hopper's; flash_tc's fast reference in bf16 elsewhere. The
+    # backward is flash_backward's either way (the two forwards keep the same logsumexps).
+    from grader.tests.conftest import REPO
+    course = load_course(REPO)
+    kernels = trainer.read_kernel_ops(REPO)
+    config, problems = trainer.read_kernels_config(
+        REPO / "solutions" / "08_training" / trainer.FAST_CONFIG, course, kernels)
+    assert problems == []
+
+    def attention(machine):
+        found, problems = make_plan(course, config, kernels, machine, None)
+        assert problems == [] and found.dtype == "bf16"
+        return found.chosen["attention"], found.chosen["attention_backward"]
+
+    backward = "07_attention/flash_backward"
+    assert attention(Machine(90, (90,))) == ("07_attention/flash_wgmma", backward)
+    # a tree built for an older GPU than the H100 it runs on; an A100 with a tree for both
+    assert attention(Machine(90, (80,))) == ("07_attention/flash_tc", backward)
+    assert attention(Machine(80, (80, 90))) == ("07_attention/flash_tc", backward)
+
+
 def test_bf16_needs_it_in_the_gpu_and_in_the_build():
     _, problems = plan({"gemm": AUTO}, None, dtype="bf16", machine=Machine(90, (75,)))
     assert problems[0].startswith('dtype = "bf16" needs compute capability 8.0 or newer, in the '

@@ -3,11 +3,14 @@
 // the tensor map): wgmma of the two shapes attention needs, B read K-major (K in S = Q K^T) or
 // N-major (V in O += P V), A K-major or M-major (dS^T in the backward's dQ = dS K), and the proxy
 // fence a tile written by the threads needs before wgmma reads it (the barrier of one warpgroup is
-// hopper.h's). Read-only, like the contract; notes/07_attention.md explains each. sm_90a only: call
-// them from code compiled only there (#if defined(__CUDA_ARCH_FEAT_SM90_ALL)).
+// hopper.h's); at the end, the 3D tensor maps of the fast references' packed layouts. Read-only,
+// like the contract; notes/07_attention.md explains each. sm_90a only: call them from code
+// compiled only there (#if defined(__CUDA_ARCH_FEAT_SM90_ALL)).
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "../05_gemm_advanced/hopper.h"
 
@@ -90,6 +93,52 @@ __device__ inline void wgmma_m64n128k16(float (&d)[64], std::uint64_t a_descript
           "+f"(d[63])
         : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate ? 1 : 0), "n"(kTransposeB),
           "n"(kTransposeA));
+}
+
+// ---- 3D tensor maps: the fast references' packed layouts ----------------------------------------
+//
+// The GPT trainer's q, k, v lie in rows of 3C (each token's q, k, v of every head side by side):
+// flash_wgmma_packed.h's entry points read them there through maps of three dimensions, (column,
+// row, sequence), whose boxes stay in one sequence (zeros past T) and, 64 columns wide, in one
+// head. The readable solutions need neither.
+
+// Copies the box of `map` whose first element is (col, row, sequence) into shared memory at
+// `destination` (as tma_load_2d, one dimension more).
+__device__ inline void tma_load_3d(void* destination, const CUtensorMap* map, int col, int row,
+                                   int sequence, std::uint64_t* barrier) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared_address(destination)),
+        "l"(reinterpret_cast<std::uint64_t>(map)), "r"(col), "r"(row), "r"(sequence),
+        "r"(shared_address(barrier))
+        : "memory");
+}
+
+// The tensor map of `sequences` sequences of T rows of `cols` bf16 columns, rows `row_stride`
+// elements apart, sequences T row_stride apart, copied in boxes of box_cols x box_rows of one
+// sequence with the 128-byte swizzle; zeros where a box leaves its sequence or the columns.
+inline CUtensorMap tensor_map_3d(const void* tensor, int cols, int T, int sequences,
+                                 long long row_stride, int box_rows, int box_cols) {
+    // TMA's rules: a start on 16 bytes, strides in multiples of 16 bytes.
+    if (reinterpret_cast<std::uintptr_t>(tensor) % 16 != 0 || row_stride % 8 != 0)
+        throw std::runtime_error(
+            "no tensor map: a tensor must start on a 16-byte boundary, its rows a multiple of 8 "
+            "elements apart (TMA)");
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(T),
+                                static_cast<cuuint64_t>(sequences)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride) * 2,
+                                   static_cast<cuuint64_t>(T) * row_stride * 2};
+    const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows),
+                               1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    CUtensorMap map{};
+    const CUresult result = course::tensor_map_encoder()(
+        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(tensor), dims, strides, box,
+        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        throw std::runtime_error("cuTensorMapEncodeTiled failed, error " + std::to_string(result));
+    return map;
 }
 
 }  // namespace hopper

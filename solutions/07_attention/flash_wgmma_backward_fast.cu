@@ -20,6 +20,11 @@
 // later) and a third Q/dO stage (kStagesAtD64). The products, the softmax, the masks and the
 // producer are the readable solution's.
 //
+// Besides the contract, this file defines flash_wgmma_backward_packed (flash_wgmma_packed.h), the
+// GPT trainer's call: q, k, v read where its qkv projection wrote them (rows of 3C), O and dO
+// token-major (rows of C), through 3D tensor maps (column, row, sequence) as flash_wgmma_packed
+// reads them; dQ, dK, dV are the contract's. The contract's heads are sequences of one head each.
+//
 // Run:  grader run 07/flash_wgmma_backward --solutions    (the "(fast)" row; a Hopper GPU)
 // Contract: flash_wgmma_backward.h   Instructions: hopper_attention.h
 // Notes:    notes/07_attention.md, dev/tuning/07_attention.md
@@ -32,11 +37,11 @@
 #include "course/gemm_layout.h"
 #include "course/tensor_map.h"
 #include "flash_wgmma_backward.h"
+#include "flash_wgmma_packed.h"
 #include "hopper_attention.h"
 
-// The readable solution, whole: its constants, row_dot_kernel (D_i) and the products' issue
-// functions serve here too. (Every header it includes is included above, so that none of them
-// lands inside the namespace.)
+// The readable solution, whole: its constants and the products' issue functions serve here too.
+// (Every header it includes is included above, so that none of them lands inside the namespace.)
 namespace readable {
 #include "flash_wgmma_backward.cu"
 }  // namespace readable
@@ -133,8 +138,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                                 const __grid_constant__ CUtensorMap do_map,
                                 const __grid_constant__ CUtensorMap dq_map,
                                 const float* __restrict__ L, const float* __restrict__ delta,
-                                float* __restrict__ dK, float* __restrict__ dV, int T, float scale,
-                                bool causal) {
+                                float* __restrict__ dK, float* __restrict__ dV, int heads_per_row,
+                                int T, float scale, bool causal) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = Smem<kD>;
     constexpr int kStages = S::kStages;
@@ -166,13 +171,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warpgroup == 0) {  // the producer, as in the readable kernel, with kStages stages
         hopper::set_registers_decrease<kProducerRegisters>();
         if (threadIdx.x == 0) {
-            const int row = head * T;
+            // The head's sequence of the tensor maps, and its first column there.
+            const int sequence = head / heads_per_row, col = head % heads_per_row * kD;
             hopper::mbarrier_arrive_expect_tx(&kv_full, 2 * S::kKVBytes);
             for (int c = 0; c < S::kChunks; ++c) {
-                hopper::tma_load_2d(smem + S::kK + c * kBlockN * 128, &k_map, c * kChunkCols,
-                                    row + n0, &kv_full);
-                hopper::tma_load_2d(smem + S::kV + c * kBlockN * 128, &v_map, c * kChunkCols,
-                                    row + n0, &kv_full);
+                hopper::tma_load_3d(smem + S::kK + c * kBlockN * 128, &k_map, col + c * kChunkCols,
+                                    n0, sequence, &kv_full);
+                hopper::tma_load_3d(smem + S::kV + c * kBlockN * 128, &v_map, col + c * kChunkCols,
+                                    n0, sequence, &kv_full);
             }
             for (int tile = first_tile; tile < query_tiles; ++tile) {
                 const int i = tile - first_tile, stage = i % kStages;
@@ -180,10 +186,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 hopper::mbarrier_wait(&empty[stage], pass_parity ^ 1);
                 hopper::mbarrier_arrive_expect_tx(&full[stage], 2 * S::kQBytes);
                 for (int c = 0; c < S::kChunks; ++c) {
-                    hopper::tma_load_2d(q_tile(stage) + c * kBlockM * 128, &q_map, c * kChunkCols,
-                                        row + tile * kBlockM, &full[stage]);
-                    hopper::tma_load_2d(do_tile(stage) + c * kBlockM * 128, &do_map, c * kChunkCols,
-                                        row + tile * kBlockM, &full[stage]);
+                    hopper::tma_load_3d(q_tile(stage) + c * kBlockM * 128, &q_map,
+                                        col + c * kChunkCols, tile * kBlockM, sequence,
+                                        &full[stage]);
+                    hopper::tma_load_3d(do_tile(stage) + c * kBlockM * 128, &do_map,
+                                        col + c * kChunkCols, tile * kBlockM, sequence,
+                                        &full[stage]);
                 }
             }
         }
@@ -371,10 +379,34 @@ CUtensorMap dq_tensor_map(float* dQ, int heads_total, int T) {
     return map;
 }
 
+// D_i = dO_i . O_i, one warp per row, as the readable row_dot_kernel, with row i of head h where
+// the layout has it: O's and dO's rows row_stride elements apart, heads_per_row heads side by side.
+__global__ void row_dot_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, float* delta,
+                               long long rows, int T, int heads_per_row, long long row_stride,
+                               int D) {
+    const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
+    if (row >= rows) return;
+    const long long head = row / T;
+    const long long at =
+        (head / heads_per_row * T + row % T) * row_stride + head % heads_per_row * D;
+    float sum = 0.0f;
+    for (int d = threadIdx.x % 32; d < D; d += 32)
+        sum += __bfloat162float(O[at + d]) * __bfloat162float(dO[at + d]);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0) delta[row] = sum;
+}
+
+// Where q, k, v, O and dO lie: `sequences` sequences of T rows, each row heads_per_row heads of D
+// side by side; q's, k's and v's rows qkv_row_stride elements apart, O's and dO's o_row_stride.
+struct Layout {
+    const __nv_bfloat16 *Q, *K, *V, *O, *dO;
+    int sequences, heads_per_row;
+    long long qkv_row_stride, o_row_stride;
+};
+
 template <int kD>
-void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-            const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
-            float* dV, int heads_total, int T, float scale, bool causal) {
+void launch(const Layout& at, const float* L, float* dQ, float* dK, float* dV, int T, float scale,
+            bool causal) {
     const auto kernel = flash_wgmma_backward_kernel<kD>;
     int device = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&device));
@@ -387,26 +419,39 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
         throw std::runtime_error("flash_wgmma_backward: needs " + std::to_string(Smem<kD>::kBytes) +
                                  " bytes of shared memory per block; " + std::to_string(available) +
                                  " here");
+    const int heads_total = at.sequences * at.heads_per_row;
     const int rows = heads_total * T;
-    const auto map = [rows](const __nv_bfloat16* tensor, int box_rows) {
-        return hopper::tensor_map(reinterpret_cast<const course::TensorElement*>(tensor), rows, kD,
-                                  box_rows, kChunkCols);
+    // Boxes of 64 columns of one head: K and V kBlockN rows at a time, Q and dO kBlockM.
+    const auto map = [&](const __nv_bfloat16* tensor, long long row_stride, int box_rows) {
+        return hopper::tensor_map_3d(tensor, at.heads_per_row * kD, T, at.sequences, row_stride,
+                                     box_rows, kChunkCols);
     };
-    const CUtensorMap q_map = map(Q, kBlockM), do_map = map(dO, kBlockM);
-    const CUtensorMap k_map = map(K, kBlockN), v_map = map(V, kBlockN);
+    const CUtensorMap q_map = map(at.Q, at.qkv_row_stride, kBlockM);
+    const CUtensorMap do_map = map(at.dO, at.o_row_stride, kBlockM);
+    const CUtensorMap k_map = map(at.K, at.qkv_row_stride, kBlockN);
+    const CUtensorMap v_map = map(at.V, at.qkv_row_stride, kBlockN);
     const CUtensorMap dq_map = dq_tensor_map<kD>(dQ, heads_total, T);
 
     float* delta = nullptr;
     CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
-    readable::row_dot_kernel<<<course::ceil_div(rows, 8), 256>>>(O, dO, delta, rows, kD);
+    row_dot_kernel<<<course::ceil_div(rows, 8), 256>>>(at.O, at.dO, delta, rows, T,
+                                                       at.heads_per_row, at.o_row_stride, kD);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemsetAsync(dQ, 0, static_cast<std::size_t>(rows) * kD * sizeof(float)));
 
     const dim3 grid(course::ceil_div(T, kBlockN), heads_total);
     kernel<<<grid, kThreads, Smem<kD>::kBytes>>>(q_map, k_map, v_map, do_map, dq_map, L, delta, dK,
-                                                 dV, T, scale, causal);
+                                                 dV, at.heads_per_row, T, scale, causal);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaFreeAsync(delta, 0));
+}
+
+void run(const Layout& at, const float* L, float* dQ, float* dK, float* dV, int T, int D,
+         float scale, bool causal) {
+    if (D == 64)
+        launch<64>(at, L, dQ, dK, dV, T, scale, causal);
+    else
+        launch<128>(at, L, dQ, dK, dV, T, scale, causal);
 }
 
 }  // namespace
@@ -415,8 +460,16 @@ void flash_wgmma_backward(const __nv_bfloat16* Q, const __nv_bfloat16* K, const 
                           const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L,
                           float* dQ, float* dK, float* dV, int batch, int heads, int T, int D,
                           float scale, bool causal) {
-    if (D == 64)
-        launch<64>(Q, K, V, O, dO, L, dQ, dK, dV, batch * heads, T, scale, causal);
-    else
-        launch<128>(Q, K, V, O, dO, L, dQ, dK, dV, batch * heads, T, scale, causal);
+    // batch * heads sequences of one head: rows of D.
+    run({Q, K, V, O, dO, batch * heads, 1, D, D}, L, dQ, dK, dV, T, D, scale, causal);
+}
+
+void flash_wgmma_backward_packed(const __nv_bfloat16* qkv, const __nv_bfloat16* O,
+                                 const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
+                                 float* dV, int batch, int heads, int T, int D, float scale,
+                                 bool causal) {
+    // batch sequences of `heads` heads: q, k, v rows of 3C, O's and dO's of C.
+    const long long C = static_cast<long long>(heads) * D;
+    run({qkv, qkv + C, qkv + 2 * C, O, dO, batch, heads, 3 * C, C}, L, dQ, dK, dV, T, D, scale,
+        causal);
 }

@@ -21,6 +21,14 @@
 // keep the heads read at one time few enough that their K and V stay in L2. The kernel's
 // products, softmax and layout are the readable one's.
 //
+// Besides the contract, this file defines flash_wgmma_packed (flash_wgmma_packed.h), the GPT
+// trainer's call: q, k and v read where its qkv projection wrote them, each token's row of 3C
+// holding them side by side, and O written token-major, [B][T][H][D], so the trainer copies no
+// head out and back (module 08). One kernel serves both: its tensor maps are 3D, (column, row,
+// sequence), a box of 64 columns of one head and up to 128 rows of one sequence. The contract's
+// heads are sequences of one head each, rows of D; the trainer's a sequence of H heads side by
+// side, rows of 3C, head h at column h D. Either way a box that runs past T is zeros.
+//
 // Run:  grader run 07/flash_wgmma --solutions    (the "flash_wgmma (fast)" row; a Hopper GPU)
 // Contract: flash_wgmma.h   Instructions: hopper_attention.h   Notes: notes/07_attention.md
 #include <algorithm>
@@ -33,6 +41,7 @@
 #include "course/gemm_layout.h"
 #include "course/launch.h"
 #include "flash_wgmma.h"
+#include "flash_wgmma_packed.h"
 #include "hopper_attention.h"
 
 // The readable solution, whole: its tile sizes, shared-memory layout and wgmma helpers are this
@@ -98,7 +107,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const __grid_constant__ CUtensorMap k_map,
                        const __grid_constant__ CUtensorMap v_map, __nv_bfloat16* __restrict__ O,
                        float* __restrict__ L, int* __restrict__ next_item, int heads_total,
-                       int section_heads, int T, float scale, bool causal) {
+                       int heads_per_row, long long o_row_stride, int section_heads, int T,
+                       float scale, bool causal) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = Smem<kD>;
     extern __shared__ __align__(1024) unsigned char shared_raw[];
@@ -131,9 +141,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (warpgroup == 0) {
         // The producer warpgroup: its registers go to the consumers, and one thread issues every
-        // copy. The tensor maps see the [heads][T] rows as one matrix: a box that runs past T
-        // holds the next head's rows (keys past T are masked, queries past T not stored) or, past
-        // the last head, zeros.
+        // copy. Head w.head is sequence w.head / heads_per_row of the tensor maps, columns from
+        // (w.head % heads_per_row) kD; a box that runs past T is zeros (keys past T are masked,
+        // queries past T not stored).
         hopper::set_registers_decrease<kProducerRegisters>();
         if (threadIdx.x == 0) {
             int issued = 0;  // K/V tiles issued over all items: tile n goes to stage n % kStages
@@ -149,11 +159,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                     break;
                 }
                 const Work w = work(item, heads_total, section_heads, T, causal);
-                const int row = w.head * T;
+                const int sequence = w.head / heads_per_row;
+                const int col = w.head % heads_per_row * kD;
                 hopper::mbarrier_arrive_expect_tx(&q_full, S::kQBytes);
                 for (int c = 0; c < S::kChunks; ++c)
-                    hopper::tma_load_2d(q_tile + c * kBlockM * 128, &q_map, c * kChunkCols,
-                                        row + w.q0, &q_full);
+                    hopper::tma_load_3d(q_tile + c * kBlockM * 128, &q_map, col + c * kChunkCols,
+                                        w.q0, sequence, &q_full);
                 // The next item, taken now: the atomic's round trip passes while this item's K/V
                 // copies wait for free stages. Items 0 .. gridDim.x - 1 are the blocks' first.
                 const int next = gridDim.x + atomicAdd(next_item, 1);
@@ -165,10 +176,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                     hopper::mbarrier_wait(&empty[stage], pass_parity ^ 1);
                     hopper::mbarrier_arrive_expect_tx(&full[stage], 2 * S::kKVBytes);
                     for (int c = 0; c < S::kChunks; ++c) {
-                        hopper::tma_load_2d(k_tile(stage) + c * kBlockN * 128, &k_map,
-                                            c * kChunkCols, row + tile * kBlockN, &full[stage]);
-                        hopper::tma_load_2d(v_tile(stage) + c * kBlockN * 128, &v_map,
-                                            c * kChunkCols, row + tile * kBlockN, &full[stage]);
+                        hopper::tma_load_3d(k_tile(stage) + c * kBlockN * 128, &k_map,
+                                            col + c * kChunkCols, tile * kBlockN, sequence,
+                                            &full[stage]);
+                        hopper::tma_load_3d(v_tile(stage) + c * kBlockN * 128, &v_map,
+                                            col + c * kChunkCols, tile * kBlockN, sequence,
+                                            &full[stage]);
                     }
                 }
                 item = next;
@@ -291,7 +304,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int row = row0 + g + 8 * h;
             if (row >= T) continue;
             const float inv_sum = 1.0f / row_sum[h];
-            __nv_bfloat16* out = O + (static_cast<long long>(w.head) * T + row) * kD;
+            // Row `row` of head w.head: its sequence's row, at its head's columns.
+            __nv_bfloat16* out =
+                O + (static_cast<long long>(w.head / heads_per_row) * T + row) * o_row_stride +
+                w.head % heads_per_row * kD;
 #pragma unroll
             for (int n = 0; n < kD / 8; ++n)
                 *reinterpret_cast<__nv_bfloat162*>(out + 8 * n + 2 * t) = __floats2bfloat162_rn(
@@ -304,9 +320,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// Where q, k, v and O lie: `sequences` sequences of T rows, each row `heads_per_row` heads of kD
+// side by side; q's, k's and v's rows row_stride elements apart, O's o_row_stride.
+struct Layout {
+    const __nv_bfloat16 *Q, *K, *V;
+    __nv_bfloat16* O;
+    int sequences, heads_per_row;
+    long long row_stride, o_row_stride;
+};
+
 template <int kD>
-void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
-            __nv_bfloat16* O, float* L, int heads_total, int T, float scale, bool causal) {
+void launch(const Layout& at, float* L, int T, float scale, bool causal) {
     const auto kernel = flash_wgmma_kernel<kD>;
     // sm_90a code runs on compute capability 9.0 only, and only a build for it has the body.
     int device = 0, major = 0;
@@ -320,18 +344,15 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
         throw std::runtime_error("flash_wgmma: needs " + std::to_string(Smem<kD>::kBytes) +
                                  " bytes of shared memory per block; " + std::to_string(available) +
                                  " here");
-    // One matrix of heads_total * T rows of kD per tensor, copied in boxes of 128 rows x 64
-    // columns. hopper::tensor_map takes the tensor-core exercises' element, fp16 in a tree that
-    // builds for sm_75 (course/tensor_element.h): the cast changes only the pointer's type (the
-    // data is bf16, and the map says so).
-    const int rows = heads_total * T;
-    const auto map = [rows](const __nv_bfloat16* tensor, int box_rows) {
-        return hopper::tensor_map(reinterpret_cast<const course::TensorElement*>(tensor), rows, kD,
-                                  box_rows, kChunkCols);
+    const int heads_total = at.sequences * at.heads_per_row;
+    const int cols = at.heads_per_row * kD;
+    const auto map = [&](const __nv_bfloat16* tensor, int box_rows) {
+        return hopper::tensor_map_3d(tensor, cols, T, at.sequences, at.row_stride, box_rows,
+                                     kChunkCols);
     };
-    const CUtensorMap q_map = map(Q, kBlockM);
-    const CUtensorMap k_map = map(K, kBlockN);
-    const CUtensorMap v_map = map(V, kBlockN);
+    const CUtensorMap q_map = map(at.Q, kBlockM);
+    const CUtensorMap k_map = map(at.K, kBlockN);
+    const CUtensorMap v_map = map(at.V, kBlockN);
     // One block per SM (the shared memory and registers hold one), or one per item if fewer.
     const int sms = course::multiprocessor_count();
     const int items = course::ceil_div(T, kBlockM) * heads_total;
@@ -344,8 +365,16 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
     CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&next_item), items_taken));
     CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int)));
     kernel<<<std::min(items, sms), kThreads, Smem<kD>::kBytes>>>(
-        q_map, k_map, v_map, O, L, next_item, heads_total, section_heads, T, scale, causal);
+        q_map, k_map, v_map, at.O, L, next_item, heads_total, at.heads_per_row, at.o_row_stride,
+        section_heads, T, scale, causal);
     CUDA_CHECK_LAUNCH();
+}
+
+void run(const Layout& at, float* L, int T, int D, float scale, bool causal) {
+    if (D == 64)
+        launch<64>(at, L, T, scale, causal);
+    else
+        launch<128>(at, L, T, scale, causal);
 }
 
 }  // namespace
@@ -353,8 +382,13 @@ void launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16*
 void flash_wgmma(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
                  __nv_bfloat16* O, float* L, int batch, int heads, int T, int D, float scale,
                  bool causal) {
-    if (D == 64)
-        launch<64>(Q, K, V, O, L, batch * heads, T, scale, causal);
-    else
-        launch<128>(Q, K, V, O, L, batch * heads, T, scale, causal);
+    // batch * heads sequences of one head: rows of D.
+    run({Q, K, V, O, batch * heads, 1, D, D}, L, T, D, scale, causal);
+}
+
+void flash_wgmma_packed(const __nv_bfloat16* qkv, __nv_bfloat16* O, float* L, int batch, int heads,
+                        int T, int D, float scale, bool causal) {
+    // batch sequences of `heads` heads: q, k, v rows of 3C, O's of C.
+    const long long C = static_cast<long long>(heads) * D;
+    run({qkv, qkv + C, qkv + 2 * C, O, batch, heads, 3 * C, C}, L, T, D, scale, causal);
 }

@@ -9,7 +9,8 @@
 // solutions' table in bf16 on 06 layernorm's readable solution (no optional bf16 entry point: the
 // table converts, and says so), skipped without the solution variant; the fast references' table
 // in bf16 on 05 wgmma_gemm's and 06 layernorm's fast references (their optional entry points: the
-// table calls them, and says so), skipped without the fast variant.
+// table calls them, and says so) and 07 flash_wgmma's (the fast table's attention on Hopper: its
+// flash_wgmma_packed reads the packed qkv in place), skipped without the fast variant.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -153,14 +154,16 @@ TEST(ExerciseTables, PrintsWhichOpRunsWhoseKernelAndWhatItDoesAroundIt) {
 // The fast table in bf16 with the fast references' optional entry points: gemm_bf16_epilogue
 // (wgmma_gemm) makes each product one call, with the GELU of an unplugged gelu in its epilogue,
 // and a linear layer's backward left out of the choices runs its products on it (ops_learner.cu:
-// linear_forward, linear_backward); layernorm_bf16 takes the bf16 rows as they are.
+// linear_forward, linear_backward); layernorm_bf16 takes the bf16 rows as they are; flash_wgmma's
+// flash_wgmma_packed reads the packed qkv itself.
 TEST(ExerciseTables, TheFastTableSaysWhichOpsTakeTheirBf16EntryPoints) {
     if (!TRAINER_TEST_FAST_LIBRARIES)
         GTEST_SKIP() << "this build has no fast variant (COURSE_VARIANTS), so no fast kernel "
                         "libraries";
     configure_exercise_tables({choices("fast.txt",
                                        "gemm 05_gemm_advanced/wgmma_gemm\n"
-                                       "layernorm 06_softmax_norms/layernorm\n"),
+                                       "layernorm 06_softmax_norms/layernorm\n"
+                                       "attention 07_attention/flash_wgmma\n"),
                                0, 0});
     ::testing::internal::CaptureStdout();
     const Ops<bf16>* table = exercise_table<bf16>("fast");
@@ -177,7 +180,10 @@ TEST(ExerciseTables, TheFastTableSaysWhichOpsTakeTheirBf16EntryPoints) {
           "05_gemm_advanced/wgmma_gemm, gemm_bf16_epilogue)\n",
           "  layernorm           fast: 06_softmax_norms/layernorm | layernorm_bf16: the bf16 rows "
           "as they are",
-          "  layernorm_backward  reference\n"})
+          "  layernorm_backward  reference\n",
+          "  attention           fast: 07_attention/flash_wgmma | flash_wgmma_packed: q, k, v "
+          "read in the packed qkv [B, T, 3C], out written token-major; heads of 64 or 128\n",
+          "  attention_backward  reference\n"})
         EXPECT_NE(printed.find(line), std::string::npos) << line << "\nin:\n" << printed;
     // The entry points launch on the default stream (their contracts take none): no graph.
     const std::string refusal = table->graph_refusal();

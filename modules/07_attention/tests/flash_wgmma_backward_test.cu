@@ -9,10 +9,18 @@
 // 65535 heads; scores of tens; one head long enough that its T x T scores would not fit in this
 // GPU's memory, even in bf16, sampled rows checked. Then the FLOP rate at B 4, H 16, T 4096, D 64
 // and 128, causal and not, next to cuDNN's fused backward (else cuBLAS's materialized one), in
-// bf16, timed in the same run.
+// bf16, timed in the same run. Where the file defines the optional flash_wgmma_backward_packed
+// (flash_wgmma_packed.h, the GPT trainer's call: the fast reference does), the edge shapes and
+// large scores again through it, q, k, v packed as the trainer's qkv and O, dO token-major: a
+// head's columns or a sequence's rows read from the wrong place show there.
 // Skips where the Hopper path cannot run, with the reason (attention_checks::HopperTest).
 #include "backward_checks.h"
+#include "course/entry_point.h"
 #include "flash_wgmma_backward.h"
+#include "flash_wgmma_packed.h"
+
+// Optional: null where the file under test does not define it.
+__attribute__((weak)) decltype(flash_wgmma_backward_packed) flash_wgmma_backward_packed;
 
 namespace {
 
@@ -75,6 +83,50 @@ TEST_F(FlashWgmmaBackward, RateD128) {
 TEST_F(FlashWgmmaBackward, RateD128Causal) {
     auto rng = test_rng();
     rate_backward(kFlashWgmmaBackward, 128, true, rng);
+}
+
+// ---- flash_wgmma_backward_packed (flash_wgmma_packed.h), the trainer's layouts, where defined
+// ----
+//
+// The case's Q, K, V ([B][H][T][D]) packed into the trainer's qkv ([B][T][3][H][D]) on the host,
+// O and dO into its token-major [B][T][H][D]; dQ, dK, dV come out in the contract's layout.
+const BackwardRun kPacked = [](const BackwardProblem& p, F32& dQ, F32& dK, F32& dV) {
+    const auto& s = p.c.shape;
+    const std::size_t B = s.batch, H = s.heads, T = s.T, D = s.D;
+    const std::vector<std::uint16_t> tensors[5] = {p.dQ_in.download(), p.dK_in.download(),
+                                                   p.dV_in.download(), p.d_O.download(),
+                                                   p.d_dO.download()};
+    std::vector<std::uint16_t> qkv(3 * tensors[0].size()), o(tensors[0].size()),
+        d_o(tensors[0].size());
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t t = 0; t < T; ++t) {
+                const std::size_t contract = ((b * H + h) * T + t) * D;
+                for (std::size_t which = 0; which < 3; ++which)
+                    std::copy_n(tensors[which].begin() + contract, D,
+                                qkv.begin() + ((b * T + t) * 3 + which) * H * D + h * D);
+                std::copy_n(tensors[3].begin() + contract, D,
+                            o.begin() + (b * T + t) * H * D + h * D);
+                std::copy_n(tensors[4].begin() + contract, D,
+                            d_o.begin() + (b * T + t) * H * D + h * D);
+            }
+    const U16 d_qkv("qkv", qkv), d_O("O (token-major)", o), d_dO("dO (token-major)", d_o);
+    flash_wgmma_backward_packed(course::as_bf16(d_qkv), course::as_bf16(d_O), course::as_bf16(d_dO),
+                                p.d_L.data(), dQ.data(), dK.data(), dV.data(), static_cast<int>(B),
+                                static_cast<int>(H), static_cast<int>(T), static_cast<int>(D),
+                                p.c.scale(), p.c.causal);
+};
+
+TEST_F(FlashWgmmaBackward, PackedEdgeShapes) {
+    COURSE_REQUIRE_ENTRY_POINT(flash_wgmma_backward_packed);
+    auto rng = test_rng();
+    backward_edge_shapes(kPacked, rng);
+}
+
+TEST_F(FlashWgmmaBackward, PackedLargeScores) {
+    COURSE_REQUIRE_ENTRY_POINT(flash_wgmma_backward_packed);
+    auto rng = test_rng();
+    backward_large_scores(kPacked, rng);
 }
 
 }  // namespace

@@ -9,10 +9,19 @@
 // enough that its T x T scores would not fit in this GPU's memory, even in bf16. Then the FLOP
 // rate at B 4, H 16, T 4096, D 64 and 128, causal and not (the judged cases), and at the GPT
 // trainer's shape (B 16, H 12, T 1024, D 64, causal: shown, not judged), next to cuDNN's fused
-// attention (else cuBLAS's materialized bf16 attention), timed in the same run.
+// attention (else cuBLAS's materialized bf16 attention), timed in the same run. Where the file
+// defines the optional flash_wgmma_packed (flash_wgmma_packed.h, the GPT trainer's call: the fast
+// reference does), the edge shapes and large scores again through it, q, k, v packed as the
+// trainer's qkv and O read back from its token-major rows: a head's columns or a sequence's rows
+// taken from the wrong place show there.
 // Skips where the Hopper path cannot run, with the reason (attention_checks::HopperTest).
 #include "attention_checks.h"
+#include "course/entry_point.h"
 #include "flash_wgmma.h"
+#include "flash_wgmma_packed.h"
+
+// Optional: null where the file under test does not define it.
+__attribute__((weak)) decltype(flash_wgmma_packed) flash_wgmma_packed;
 
 namespace {
 
@@ -94,6 +103,55 @@ TEST_F(FlashWgmma, RateD128Causal) {
 TEST_F(FlashWgmma, RateTrainerShape) {
     auto rng = test_rng();
     rate(Case{{16, 12, 1024, 64}, true}, rng);
+}
+
+// ---- flash_wgmma_packed (flash_wgmma_packed.h), the trainer's layouts, where the file has it ----
+//
+// The case's Q, K, V ([B][H][T][D]) packed into the trainer's qkv ([B][T][3][H][D]) on the host,
+// the kernel's token-major O ([B][T][H][D]) put back into O's layout for the same checks.
+const ForwardRun<std::uint16_t> kPacked = [](const auto& Q, const auto& K, const auto& V, auto& O,
+                                             auto& L, const Case& c) {
+    const std::size_t B = c.shape.batch, H = c.shape.heads, T = c.shape.T, D = c.shape.D;
+    const std::vector<std::uint16_t> tensors[3] = {Q.download(), K.download(), V.download()};
+    std::vector<std::uint16_t> qkv(3 * tensors[0].size()), heads(tensors[0].size());
+    // Element (b, h, t, d) of the contract's layout, and of the trainer's (of its q, k or v).
+    const auto contract = [&](std::size_t b, std::size_t h, std::size_t t) {
+        return ((b * H + h) * T + t) * D;
+    };
+    const auto trainer = [&](std::size_t b, std::size_t h, std::size_t t, std::size_t which) {
+        return ((b * T + t) * 3 + which) * H * D + h * D;
+    };
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t t = 0; t < T; ++t)
+                for (std::size_t which = 0; which < 3; ++which)
+                    std::copy_n(tensors[which].begin() + contract(b, h, t), D,
+                                qkv.begin() + trainer(b, h, t, which));
+    const course::DeviceBuffer<std::uint16_t> packed("qkv", qkv);
+    course::DeviceBuffer<std::uint16_t> out("O (token-major)", heads.size());
+    flash_wgmma_packed(course::as_bf16(packed), course::as_bf16(out), L.data(), static_cast<int>(B),
+                       static_cast<int>(H), static_cast<int>(T), static_cast<int>(D), c.scale(),
+                       c.causal);
+    const std::vector<std::uint16_t> o = out.download();
+    // O's row (b, t) of the trainer's is H heads of D side by side.
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t t = 0; t < T; ++t)
+                std::copy_n(o.begin() + (b * T + t) * H * D + h * D, D,
+                            heads.begin() + contract(b, h, t));
+    O.upload(heads);
+};
+
+TEST_F(FlashWgmma, PackedEdgeShapes) {
+    COURSE_REQUIRE_ENTRY_POINT(flash_wgmma_packed);
+    auto rng = test_rng();
+    edge_shapes<std::uint16_t>(kPacked, rng);
+}
+
+TEST_F(FlashWgmma, PackedLargeScores) {
+    COURSE_REQUIRE_ENTRY_POINT(flash_wgmma_packed);
+    auto rng = test_rng();
+    large_scores<std::uint16_t>(kPacked, rng);
 }
 
 }  // namespace
