@@ -1,8 +1,9 @@
 // 07_attention/flash_wgmma_backward_fast: flash_wgmma_backward.cu with dQ added to global memory by
-// the Tensor Memory Accelerator. Fast reference (the readable one is flash_wgmma_backward.cu,
-// included below).
+// the Tensor Memory Accelerator, and each tile's elementwise work run under products. Fast
+// reference (the readable one is flash_wgmma_backward.cu, included below).
 //
-// Teaches: FlashAttention-3's way out of dQ's atomics. The readable kernel's consumer at dQ sends
+// Teaches: FlashAttention-3's way out of dQ's atomics, and its overlap of the softmax's work with
+// the tensor cores. First the atomics. The readable kernel's consumer at dQ sends
 // 32 float2 atomics per thread and query tile (D 128): 4096 per tile, issued by its warps before
 // they reach the next barrier of both consumers (so both wait for them), each warp's covering 8
 // rows, 32 bytes of each: a quarter of a 128-byte line per request to L2. Here that consumer writes
@@ -13,12 +14,26 @@
 // of 64 rows x 32 floats (D / 32 of them), which adds it into dQ in L2 in whole lines,
 // asynchronously. A 3D tensor map ([heads][T][D]) clips a box at T: the rows past T of a last tile
 // are not added anywhere. The instructions of one tile form a bulk group; the issuing thread waits
-// until TMA has read the tile (cp.async.bulk.wait_group.read) before the next barrier of both
-// consumers, after which the other consumer, whose turn at dQ is next, overwrites it: at D 128 one
+// until TMA has read the tile (cp.async.bulk.wait_group.read) before its next arrival at the
+// consumers' dS^T barrier, after which the other consumer, at dQ next, overwrites it: at D 128 one
 // tile serves both, and the wait comes a tile's S^T and dP^T after the issue. D 64 has room for a
 // dQ tile per consumer (kDqTilesAtD64: the wait moves to the consumer's own next turn, a tile
-// later) and a third Q/dO stage (kStagesAtD64). The products, the softmax, the masks and the
-// producer are the readable solution's.
+// later) and a third Q/dO stage (kStagesAtD64).
+//
+// Then the overlap. In the readable kernel both consumers wait for S^T and dP^T, compute P^T and
+// dS^T, store them and meet at a barrier: the tensor cores idle through that work, a quarter of a
+// tile at D 128 (dev/tuning/07_attention.md). Here S^T and dP^T are two wgmma groups: after
+// wgmma.wait_group 1 (S^T done) P^T is computed and stored while dP^T's products run; dV += P^T dO
+// is issued as soon as the consumer's own warps have stored P^T (a barrier of its warpgroup), and
+// dS^T is computed while it runs (wait_group 1 again: dP^T done, dV may run on). No accumulator
+// of a running group is touched in between, so ptxas keeps the groups asynchronous (else it
+// serializes every wgmma, info C7514). The barrier of both consumers becomes one-sided: the
+// consumer at dQ waits at its own barrier id for the other's arrival (bar.arrive), and the other
+// goes straight on to its dK, so the two drift apart and one's elementwise work runs under the
+// other's products, as FlashAttention-3's ping-pong schedules on purpose. The exponential is
+// ex2.approx.ftz (flash_tc's), and the mask is tested only in the tiles that reach past T or
+// across the diagonal. kPUnderDp, kDvUnderDs and kOtherConsumerWaits undo each step for a sweep.
+// The products' shapes, the masks' meaning and the producer are the readable solution's.
 //
 // Besides the contract, this file defines flash_wgmma_backward_packed (flash_wgmma_packed.h), the
 // GPT trainer's call: q, k, v read where its qkv projection wrote them (rows of 3C), O and dO
@@ -39,6 +54,7 @@
 #include "flash_wgmma_backward.h"
 #include "flash_wgmma_packed.h"
 #include "hopper_attention.h"
+#include "tensor_core.h"
 
 // The readable solution, whole: its constants and the products' issue functions serve here too.
 // (Every header it includes is included above, so that none of them lands inside the namespace.)
@@ -95,6 +111,15 @@ static_assert(Smem<128>::kBytes <= 227 * 1024 && Smem<64>::kBytes <= 227 * 1024,
               "an H100 block has 227 KB of shared memory");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// The overlap of a tile's elementwise work with products (one-constant sweeps; false each gives
+// the first fast version's order): S^T and dP^T in two groups, P^T computed while dP^T runs
+// (kPUnderDp); dV += P^T dO issued before dS^T is computed, which it then runs under
+// (kDvUnderDs); the consumer not at dQ waiting for the other's dS^T too, in step as in the
+// readable kernel (kOtherConsumerWaits), instead of arriving and going on.
+constexpr bool kPUnderDp = true;
+constexpr bool kDvUnderDs = true;
+constexpr bool kOtherConsumerWaits = false;
 
 // Offset in floats of (row, col) in a dQ box: rows of 32 floats, 16-byte chunk c of row r stored
 // at chunk c ^ (r % 8), as TMA's 128-byte swizzle reads it. A warp's float2 stores (8 rows, the
@@ -199,6 +224,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     hopper::set_registers_increase<kConsumerRegisters>();
+    // Named barriers (0 is __syncthreads()'s): at kDsBarrier + c, consumer c, at dQ, waits for the
+    // other consumer's dS^T (both warpgroups count); at kOwnTileBarrier + c, consumer c's warps
+    // wait for each other (a tile they stored, before wgmma or TMA reads it).
+    constexpr int kDsBarrier = 1;
+    constexpr int kOwnTileBarrier = kDsBarrier + kConsumers;
     const int consumer = __shfl_sync(0xffffffffu, warpgroup, 0) - 1;  // uniform: see the readable
     const int thread = threadIdx.x % kWarpgroupThreads;
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
@@ -216,76 +246,138 @@ __global__ void __launch_bounds__(kThreads, 1)
     delta += static_cast<long long>(head) * T;
     constexpr float kLog2e = 1.4426950408889634f;
     const float scale_log2 = scale * kLog2e;
+    // L (times log2 e) and D_i of a tile's 64 queries, two of each per lane, as in the readable
+    // kernel, but a tile ahead: the next tile's are loaded while this one's products run, so
+    // that P^T, computed as soon as S^T is done, never waits for them.
+    float next_l[2], next_d[2];
+    const auto load_row_terms = [&](int tile) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int query = min(tile * kBlockM + 32 * h + lane, T - 1);
+            next_l[h] = L[query] * kLog2e;
+            next_d[h] = delta[query];
+        }
+    };
+    // The one of a lane's two values that holds query tile column `column`, from its lane.
+    const auto column_value = [](const float(&lane_value)[2], int column) {
+        return __shfl_sync(0xffffffffu, lane_value[column / 32], column % 32);
+    };
+    // Consumer c's warps (kWarpgroupThreads) have stored a tile that wgmma or TMA reads next.
+    const auto sync_warpgroup = [&] {
+        hopper::named_barrier_sync(kOwnTileBarrier + consumer, kWarpgroupThreads);
+    };
 
     float dv[kD / 2] = {}, dk[kD / 2] = {};
 
+    load_row_terms(first_tile);
     hopper::mbarrier_wait(&kv_full, 0);
     for (int tile = first_tile; tile < query_tiles; ++tile) {
         const int i = tile - first_tile, stage = i % kStages, q0 = tile * kBlockM;
         const int buffer = i % 2;
-        const bool dq_here = i % kConsumers == consumer;
-        float lane_l[2], lane_d[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int query = min(q0 + 32 * h + lane, T - 1);
-            lane_l[h] = L[query] * kLog2e;
-            lane_d[h] = delta[query];
-        }
+        const int dq_consumer = i % kConsumers;
+        const bool dq_here = dq_consumer == consumer;
+        const float lane_l[2] = {next_l[0], next_l[1]}, lane_d[2] = {next_d[0], next_d[1]};
+        load_row_terms(tile + 1);  // past the last tile: row T - 1's again, unused
         hopper::mbarrier_wait(&full[stage], i / kStages % 2);
         const std::uint32_t q_address = hopper::shared_address(q_tile(stage));
         const std::uint32_t do_address = hopper::shared_address(do_tile(stage));
 
+        // S^T = K Q^T and dP^T = V dO^T in two groups (kPUnderDp), so that P^T is computed and
+        // stored while dP^T's products still run.
         float s[kScores], dp[kScores];
         hopper::fence_accumulators(s);
         hopper::fence_accumulators(dp);
         hopper::wgmma_fence();
         readable::issue_rows_times_rows<kD>(s, k_rows, q_address);
+        if constexpr (kPUnderDp) hopper::wgmma_commit();
         readable::issue_rows_times_rows<kD>(dp, v_rows, do_address);
         hopper::wgmma_commit();
-        hopper::wgmma_wait<0>();
+        hopper::wgmma_wait<kPUnderDp ? 1 : 0>();  // S^T done
         hopper::fence_accumulators(s);
-        hopper::fence_accumulators(dp);
 
+        // P^T = exp2(scale log2 e S^T - L log2 e), 0 where masked: the test only in tiles that
+        // reach past T or across the diagonal, the others straight-line.
         const bool edge =
             q0 + kBlockM > T || key0 + kWgmmaM > T || (causal && key0 + kWgmmaM - 1 > q0);
+        if (edge) {
+#pragma unroll
+            for (int r = 0; r < kScores; ++r) {
+                const int key = key0 + warp * 16 + g + 8 * (r % 4 / 2);
+                const int column = 8 * (r / 4) + 2 * t + r % 2, query = q0 + column;
+                const bool visible = query < T && key < T && !(causal && key > query);
+                const float p = tc::exp2_ftz(fmaf(s[r], scale_log2, -column_value(lane_l, column)));
+                s[r] = visible ? p : 0.0f;
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < kScores; ++r) {
+                const int column = 8 * (r / 4) + 2 * t + r % 2;
+                s[r] = tc::exp2_ftz(fmaf(s[r], scale_log2, -column_value(lane_l, column)));
+            }
+        }
+        // P^T to this consumer's tile in bf16 (rows are keys, 128-byte swizzle), as the readable.
+#pragma unroll
+        for (int n = 0; n < kBlockM / 8; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<__nv_bfloat162*>(
+                    p_tile + course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t)) =
+                    __floats2bfloat162_rn(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]);
+        hopper::fence_proxy_async();
+
+        // dV += P^T dO, issued as soon as this consumer's warps have stored P^T (kDvUnderDs): it
+        // runs while dS^T is computed. (Else with dK, after the barrier below.)
+        const auto issue_dv = [&] {
+            readable::issue_tile_times_rows<kD, 0>(dv, p_address, do_address, kBlockM * 128, true);
+        };
+        if constexpr (kDvUnderDs) {
+            sync_warpgroup();
+            hopper::fence_accumulators(dv);
+            hopper::wgmma_fence();
+            issue_dv();
+            hopper::wgmma_commit();
+        }
+        hopper::wgmma_wait<kDvUnderDs ? 1 : 0>();  // dP^T done (dV may still run)
+        hopper::fence_accumulators(dp);
+
+        // dS^T = P^T (dP^T - D_i): 0 where P^T is.
 #pragma unroll
         for (int r = 0; r < kScores; ++r) {
-            const int key = key0 + warp * 16 + g + 8 * (r % 4 / 2);
-            const int column = 8 * (r / 4) + 2 * t + r % 2, query = q0 + column;
-            const float l_i = __shfl_sync(0xffffffffu, lane_l[column / 32], column % 32);
-            const float d_i = __shfl_sync(0xffffffffu, lane_d[column / 32], column % 32);
-            const bool visible = !edge || (query < T && key < T && !(causal && key > query));
-            const float p = exp2f(fmaf(s[r], scale_log2, -l_i));
-            s[r] = visible ? p : 0.0f;
-            dp[r] = visible ? p * (dp[r] - d_i) : 0.0f;
+            const int column = 8 * (r / 4) + 2 * t + r % 2;
+            dp[r] = s[r] * (dp[r] - column_value(lane_d, column));
         }
-
         auto* ds = reinterpret_cast<__nv_bfloat16*>(ds_tile(buffer, consumer));
 #pragma unroll
         for (int n = 0; n < kBlockM / 8; ++n)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int offset =
-                    course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t);
-                *reinterpret_cast<__nv_bfloat162*>(p_tile + offset) =
-                    __floats2bfloat162_rn(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]);
-                *reinterpret_cast<__nv_bfloat162*>(ds + offset) =
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<__nv_bfloat162*>(
+                    ds + course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t)) =
                     __floats2bfloat162_rn(dp[4 * n + 2 * h], dp[4 * n + 2 * h + 1]);
-            }
         hopper::fence_proxy_async();
-        // The last reduction from the dQ tile that is written next (past this barrier) must have
-        // read it: with one tile, this consumer's of a tile ago before the other consumer writes;
-        // with one per consumer (tile i % 2 = the consumer at dQ), this consumer's of two tiles
-        // ago before it writes its own again.
+        // The last reduction from the dQ tile that is written next must have read it (one tile:
+        // the other consumer's, a tile ago; one per consumer: this consumer's, two tiles ago).
         if (thread == 0 && (S::kDqTiles == 1 || dq_here)) bulk_wait_read();
-        hopper::named_barrier_sync(1, kConsumers * kWarpgroupThreads);
+        // The consumer at dQ reads both dS^T tiles: it waits at its barrier (kDsBarrier + it)
+        // for the other's arrival there. The other only arrives (kOtherConsumerWaits false) and
+        // goes on with its own dK, once its own warps are done storing, so the two drift apart
+        // and each one's elementwise work runs under the other's products. (Barriers, not one
+        // shared id: an id per consumer at dQ keeps a consumer that runs a tile ahead from
+        // counting its next arrival into the barrier of the tile before.)
+        if (dq_here || kOtherConsumerWaits) {
+            hopper::named_barrier_sync(kDsBarrier + dq_consumer, kConsumers * kWarpgroupThreads);
+        } else {
+            hopper::named_barrier_arrive(kDsBarrier + dq_consumer, kConsumers * kWarpgroupThreads);
+            sync_warpgroup();
+        }
 
-        hopper::fence_accumulators(dv);
+        // (With kDvUnderDs, dV's group may still run: its accumulators are left alone here.)
+        if constexpr (!kDvUnderDs) hopper::fence_accumulators(dv);
         hopper::fence_accumulators(dk);
         hopper::wgmma_fence();
-        const std::uint32_t ds_address = hopper::shared_address(ds);
-        readable::issue_tile_times_rows<kD, 0>(dv, p_address, do_address, kBlockM * 128, true);
-        readable::issue_tile_times_rows<kD, 0>(dk, ds_address, q_address, kBlockM * 128, true);
+        if constexpr (!kDvUnderDs) issue_dv();
+        readable::issue_tile_times_rows<kD, 0>(dk, hopper::shared_address(ds), q_address,
+                                               kBlockM * 128, true);
         hopper::wgmma_commit();
         if (!dq_here) {
             hopper::wgmma_wait<0>();
@@ -327,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // TMA's reduction, like an atomic, adds element by element. dQ was zeroed before the
         // kernel.
         hopper::fence_proxy_async();
-        hopper::named_barrier_sync(2 + consumer, kWarpgroupThreads);
+        sync_warpgroup();
         if (thread == 0) {
 #pragma unroll
             for (int b = 0; b < S::kDqBoxes; ++b)
