@@ -122,7 +122,10 @@ constexpr bool kPingPong = true;
 // products below add constants to a few descriptors made once, where each made afresh costs
 // some 5 integer instructions per wgmma: at D 64 a tenth of a consumer's instructions per tile.
 __device__ inline std::uint64_t advance(std::uint64_t descriptor, int bytes) {
-    return descriptor + static_cast<std::uint64_t>(bytes >> 4);
+    // The field is in the low word: added there alone, the high word is left as it is (a 64-bit
+    // add would carry into it, in two instructions and a few moves).
+    const std::uint32_t low = static_cast<std::uint32_t>(descriptor) + (bytes >> 4);
+    return (descriptor & 0xFFFFFFFF00000000ull) | low;
 }
 
 // The readable issue_scores with the descriptors made once: S = Q K^T for a consumer's 64 rows
