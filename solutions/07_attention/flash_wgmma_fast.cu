@@ -85,7 +85,8 @@ using readable::kWgmmaM;
 constexpr long long kSectionBytes = 16LL << 20;
 // K/V stages in the ring (a stage holds a K and a V tile: 32 KB at D 64, 64 KB at D 128). A
 // consumer now holds two stages at a time (tile j's, whose S it computes, and tile j - 1's, whose
-// V its P V still reads), so two stages would leave the producer no room to copy ahead.
+// V its P V still reads): with two stages the copy of tile j + 1 could start only once tile j - 1
+// is released, a softmax before the consumers need it.
 constexpr int kStagesD64 = 4;
 constexpr int kStagesD128 = 3;
 // The named barriers of the consumers' turns: consumer c waits at kTurnBarrier + c.
@@ -120,7 +121,7 @@ constexpr bool kPingPong = true;
 // A wgmma descriptor `bytes` further into shared memory: its address field (bits 0-13, the
 // address / 16) takes the sum in place, shared memory being under 256 KB (no carry out). The
 // products below add constants to a few descriptors made once, where each made afresh costs
-// some 5 integer instructions per wgmma: at D 64 a tenth of a consumer's instructions per tile.
+// some 5 integer instructions per wgmma: about 5% of a consumer's instructions per tile at D 64.
 __device__ inline std::uint64_t advance(std::uint64_t descriptor, int bytes) {
     // The field is in the low word: added there alone, the high word is left as it is (a 64-bit
     // add would carry into it, in two instructions and a few moves).
@@ -145,9 +146,11 @@ __device__ void issue_scores(float (&s)[kScores], std::uint64_t q, std::uint64_t
 }
 
 // d += A B, one k16 step of O += P V: A (64 x 16 bf16) from registers, each warp's 16 rows as
-// mma.sync's A fragment (tensor_core.h's table: a[0] rows g, keys 2t, 2t+1; a[1] row g + 8; a[2],
-// a[3] the same 8 keys on), B N-major in shared memory (V, [key][d]: a transposed B). The register
-// form has no transpose of A. d is this warpgroup's 64 x 64 (or 64 x 128) accumulators.
+// mma.sync's A fragment (tensor_core.h's table: a[0] row g, keys 2t, 2t+1; a[1] row g + 8; a[2],
+// a[3] the same 8 keys on), B N-major in shared memory (V, [key][d]: a transposed B). d is this
+// warpgroup's 64 x 64 (or 64 x 128) accumulators. The operands after B's descriptor: scale-d 1
+// (accumulate), the scales of A and B 1, B's transpose 1 (N-major); the register form has no
+// transpose of A.
 __device__ inline void wgmma_rs_m64n64k16(float (&d)[32], const std::uint32_t (&a)[4],
                                           std::uint64_t b_descriptor) {
     asm volatile(
