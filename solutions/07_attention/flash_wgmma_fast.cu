@@ -1,7 +1,8 @@
-// 07_attention/flash_wgmma_fast: flash_wgmma.cu made persistent, for short sequences. Fast
-// reference (the readable one is flash_wgmma.cu).
+// 07_attention/flash_wgmma_fast: flash_wgmma.cu made persistent, for short sequences, with
+// FlashAttention-3's pipelined consumers. Fast reference (the readable one is flash_wgmma.cu).
 //
-// Teaches: what a block's start and end cost when it has little to do, and the order of the work.
+// Teaches: what a block's start and end cost when it has little to do, the order of the work, and
+// how the products keep the tensor cores busy through the softmax.
 // At the GPT trainer's shape (T 1024, causal) a block of the readable kernel visits 1 to 8 K/V
 // tiles; its barriers' set-up, the wait for its Q tile and first K/V tile, and its output's stores
 // (during which the SM's tensor cores idle) come 12 times per SM. Here one block per SM (the grid
@@ -18,8 +19,21 @@
 // tiles (causal: the last ones, which see every key) of all its heads first. Heaviest first over
 // a section, not within a head as in the readable kernel, evens out the SMs' work (at the
 // trainer's shape 53 tile-units on the busiest SM against 57, the perfect share 52.4); sections
-// keep the heads read at one time few enough that their K and V stay in L2. The kernel's
-// products, softmax and layout are the readable one's.
+// keep the heads read at one time few enough that their K and V stay in L2.
+//
+// And the consumers keep the tensor cores busy through their softmax, as FlashAttention-3 does
+// (the readable kernel leaves that to the warp scheduler). P stays in registers: O += P V is
+// wgmma's register-A form, P's bf16 pairs packed from S's accumulators into the A fragments, no
+// shared tile, proxy fence or barrier. Each consumer issues tile j's S = Q K^T and tile j - 1's
+// O += P V together, waits for S alone (wgmma.wait_group 1) and runs tile j's softmax while P V
+// runs, then waits for it before rescaling O and packing the new P. The two consumers take turns
+// at issuing (two named barriers, each one's turn handed over by the other's bar.arrive), so one's
+// products run under the other's softmax. O is rescaled only when a row maximum of the warp grew,
+// the exponentials are ex2.approx.ftz (exp2f without its handling of results below 2^-126), the
+// wgmma descriptors are made once and advanced, and the ring has more stages (kStagesD64,
+// kStagesD128) in the shared memory P no longer needs: a stage is now released a softmax later.
+// The masks, the online softmax's arithmetic, and Q's, K's and V's layouts are the readable
+// kernel's.
 //
 // Besides the contract, this file defines flash_wgmma_packed (flash_wgmma_packed.h), the GPT
 // trainer's call: q, k and v read where its qkv projection wrote them, each token's row of 3C
@@ -43,6 +57,7 @@
 #include "flash_wgmma.h"
 #include "flash_wgmma_packed.h"
 #include "hopper_attention.h"
+#include "tensor_core.h"
 
 // The readable solution, whole: its tile sizes, shared-memory layout and wgmma helpers are this
 // kernel's. (Every header it includes is included above, so that none of them lands inside the
@@ -60,15 +75,38 @@ using readable::kConsumerRegisters;
 using readable::kConsumers;
 using readable::kProducerRegisters;
 using readable::kScores;
-using readable::kStages;
 using readable::kThreads;
 using readable::kWarpgroupThreads;
+using readable::kWgmmaK;
 using readable::kWgmmaM;
-using readable::Smem;
 
 // The K and V of the heads read at one time (a section's) kept to a third of an H100's 50 MB L2:
 // the rest holds the Q tiles, the outputs and what other SMs read of the section's heads.
 constexpr long long kSectionBytes = 16LL << 20;
+// K/V stages in the ring (a stage holds a K and a V tile: 32 KB at D 64, 64 KB at D 128). A
+// consumer now holds two stages at a time (tile j's, whose S it computes, and tile j - 1's, whose
+// V its P V still reads): with two stages the copy of tile j + 1 could start only once tile j - 1
+// is released, a softmax before the consumers need it.
+constexpr int kStagesD64 = 4;
+constexpr int kStagesD128 = 3;
+// The named barriers of the consumers' turns: consumer c waits at kTurnBarrier + c.
+constexpr int kTurnBarrier = 1;
+static_assert(kTurnBarrier >= 1 && kTurnBarrier + kConsumers - 1 <= 15,
+              "named barriers are 1 to 15 (0 is __syncthreads')");
+
+// Shared memory of one block, in bytes from a 1024-byte boundary: the readable kernel's layout
+// (the Q tile, then the K and V tiles of each stage) with kStages stages and no P tiles after
+// them, P staying in registers.
+template <int kD>
+struct Smem : readable::Smem<kD> {
+    static constexpr int kStages = kD == 64 ? kStagesD64 : kStagesD128;
+    static constexpr int kBytes =
+        readable::Smem<kD>::kK + kStages * 2 * readable::Smem<kD>::kKVBytes + 1024;
+};
+// An H100 block has 227 KB of shared memory, of which the kernel's static barriers take 1 KB.
+static_assert(Smem<64>::kBytes <= 226 * 1024 && Smem<128>::kBytes <= 226 * 1024,
+              "the ring's stages fit beside Q");
+static_assert(kWgmmaK == 16 && kBlockN % 16 == 0, "P's A fragments: one per k16 step of keys");
 
 // Items taken after the blocks' first ones, one counter per device (launches on one stream: the
 // launcher zeroes it before each).
@@ -76,8 +114,120 @@ __device__ int items_taken;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the Hopper instructions exist in sm_90a code only
 
-using readable::issue_output;
-using readable::issue_scores;
+// The consumers take turns at issuing their products (ping-pong); false leaves the order to the
+// warp schedulers, as the readable kernel does.
+constexpr bool kPingPong = true;
+
+// A wgmma descriptor `bytes` further into shared memory: its address field (bits 0-13, the
+// address / 16) takes the sum in place, shared memory being under 256 KB (no carry out). The
+// products below add constants to a few descriptors made once, where each made afresh costs
+// some 5 integer instructions per wgmma: about 5% of a consumer's instructions per tile at D 64.
+__device__ inline std::uint64_t advance(std::uint64_t descriptor, int bytes) {
+    // The field is in the low word: added there alone, the high word is left as it is (a 64-bit
+    // add would carry into it, in two instructions and a few moves).
+    const std::uint32_t low = static_cast<std::uint32_t>(descriptor) + (bytes >> 4);
+    return (descriptor & 0xFFFFFFFF00000000ull) | low;
+}
+
+// The readable issue_scores with the descriptors made once: S = Q K^T for a consumer's 64 rows
+// (q: its rows of the Q tile) and the tile's kBlockN keys (k: the stage's K tile), both K-major,
+// the k16 steps 32 bytes apart in a 128-byte row, the next 64 d a chunk further.
+template <int kD>
+__device__ void issue_scores(float (&s)[kScores], std::uint64_t q, std::uint64_t k) {
+    hopper::fence_accumulators(s);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / kWgmmaK; ++kk) {
+        const int chunk = kk / (kChunkCols / kWgmmaK), step = kk % (kChunkCols / kWgmmaK);
+        hopper::wgmma_m64n128k16<0>(s, advance(q, chunk * kBlockM * 128 + 32 * step),
+                                    advance(k, chunk * kBlockN * 128 + 32 * step), kk > 0);
+    }
+    hopper::wgmma_commit();
+}
+
+// d += A B, one k16 step of O += P V: A (64 x 16 bf16) from registers, each warp's 16 rows as
+// mma.sync's A fragment (tensor_core.h's table: a[0] row g, keys 2t, 2t+1; a[1] row g + 8; a[2],
+// a[3] the same 8 keys on), B N-major in shared memory (V, [key][d]: a transposed B). d is this
+// warpgroup's 64 x 64 (or 64 x 128) accumulators. The operands after B's descriptor: scale-d 1
+// (accumulate), the scales of A and B 1, B's transpose 1 (N-major); the register form has no
+// transpose of A.
+__device__ inline void wgmma_rs_m64n64k16(float (&d)[32], const std::uint32_t (&a)[4],
+                                          std::uint64_t b_descriptor) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor));
+}
+__device__ inline void wgmma_rs_m64n128k16(float (&d)[64], const std::uint32_t (&a)[4],
+                                           std::uint64_t b_descriptor) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor));
+}
+
+// P of a tile, packed to bf16 in registers: p[kk] is the A fragment of keys 16 kk .. 16 kk + 15.
+// S's accumulators 4 n + i (row g or g + 8, keys 8 n + 2 t + i % 2) are that fragment's pairs
+// already: k16 step kk takes accumulator groups n = 2 kk (keys 2t, 2t+1) and 2 kk + 1 (8 keys on).
+using PFragments = std::uint32_t[kBlockN / kWgmmaK][4];
+
+// wgmma reads its register operands in the background too: keep P's registers in place until its
+// wait (as fence_accumulators does for the accumulators).
+__device__ inline void fence_fragments(PFragments& p) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / kWgmmaK; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p[kk][i])::"memory");
+}
+
+// O += P V: P from registers, V (kBlockN x kD, [key][d]: N-major, v its descriptor) from the
+// stage; a k16 step is 16 keys, 16 rows of V.
+template <int kD>
+__device__ void issue_output(float (&o)[kD / 2], PFragments& p, std::uint64_t v) {
+    hopper::fence_accumulators(o);
+    fence_fragments(p);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / kWgmmaK; ++kk) {
+        const std::uint64_t b = advance(v, kk * kWgmmaK * 128);
+        if constexpr (kD == 64)
+            wgmma_rs_m64n64k16(o, p[kk], b);
+        else
+            wgmma_rs_m64n128k16(o, p[kk], b);
+    }
+    hopper::wgmma_commit();
+}
 
 // A work item: a head and its tile of kBlockM query rows. Items are numbered section by section
 // (section_heads heads each, the last one what is left), and within a section by query tile, the
@@ -111,6 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        float scale, bool causal) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = Smem<kD>;
+    constexpr int kStages = S::kStages;
     extern __shared__ __align__(1024) unsigned char shared_raw[];
     __shared__ std::uint64_t q_full;          // phase r done: round r's item and Q tile are in
     __shared__ std::uint64_t q_empty;         // phase r done: round r's last S has read Q
@@ -198,11 +349,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int consumer = warpgroup - 1;
     const int thread = threadIdx.x % kWarpgroupThreads;
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
-    const std::uint32_t q_rows =
-        hopper::shared_address(q_tile) + consumer * kWgmmaM * course::kSwizzleRowBytes;
-    auto* p_tile = reinterpret_cast<__nv_bfloat16*>(smem + S::kP + consumer * S::kPBytes);
+    // The descriptors of this consumer's Q rows, and of stage 0's K and V tiles (a stage s
+    // further: advance by s stages' bytes).
+    const std::uint64_t q_rows = course::wgmma_descriptor_k_major_128b(
+        hopper::shared_address(q_tile) + consumer * kWgmmaM * course::kSwizzleRowBytes);
+    const std::uint64_t k_stage0 =
+        course::wgmma_descriptor_k_major_128b(hopper::shared_address(k_tile(0)));
+    const std::uint64_t v_stage0 =
+        course::wgmma_descriptor_mn_major_128b(hopper::shared_address(v_tile(0)), kBlockN * 128);
+    const auto k_descriptor = [&](int stage) { return advance(k_stage0, stage * 2 * S::kKVBytes); };
+    const auto v_descriptor = [&](int stage) { return advance(v_stage0, stage * 2 * S::kKVBytes); };
     constexpr float kLog2e = 1.4426950408889634f;
     const float scale_log2 = scale * kLog2e;  // exp(scale * x) = exp2(scale_log2 * x)
+    // The turns: this consumer issues its products after the other's bar.arrive at its barrier,
+    // then hands the turn over at the other's. Consumer 1 hands consumer 0 the first turn.
+    const int my_turn = kTurnBarrier + consumer, other_turn = kTurnBarrier + 1 - consumer;
+    const auto take_turn = [&] {
+        if (kPingPong) hopper::named_barrier_sync(my_turn, kConsumers * kWarpgroupThreads);
+    };
+    const auto hand_over_turn = [&] {
+        if (kPingPong) hopper::named_barrier_arrive(other_turn, kConsumers * kWarpgroupThreads);
+    };
+    if (consumer == 1) hand_over_turn();
 
     int used = 0;  // K/V tiles used over all items, counted as the producer counts them
     for (int round = 0;; ++round) {
@@ -214,13 +382,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         float o[kD / 2] = {};                                    // O's accumulators: 64 rows x kD
         float row_max[2] = {-INFINITY, -INFINITY};  // raw-score maxima of rows g and g + 8
         float row_sum[2] = {0.0f, 0.0f};  // this thread's part of the sums of exp (4 lanes per row)
+        PFragments p = {};                // the previous tile's P, which O += P V reads
+        int previous_stage = 0;           // the previous tile's stage, whose V that product reads
 
+        // Tile j's S, then (from the second tile) tile j - 1's P V: both products in flight while
+        // tile j's softmax runs. The item's last P V comes after the loop.
         for (int tile = 0; tile < w.key_tiles; ++tile, ++used) {
             const int stage = used % kStages;
             hopper::mbarrier_wait(&full[stage], used / kStages % 2);  // K and V have landed
             float s[kScores];
-            issue_scores<kD>(s, q_rows, hopper::shared_address(k_tile(stage)));
-            hopper::wgmma_wait<0>();
+            take_turn();
+            issue_scores<kD>(s, q_rows, k_descriptor(stage));
+            if (tile > 0) {
+                issue_output<kD>(o, p, v_descriptor(previous_stage));
+                hand_over_turn();
+                hopper::wgmma_wait<1>();  // S done; P V may still run
+            } else {
+                hand_over_turn();
+                hopper::wgmma_wait<0>();
+            }
             hopper::fence_accumulators(s);
             // The item's last S was Q's last use: the producer may load the next item's Q into it.
             if (tile == w.key_tiles - 1) hopper::mbarrier_arrive(&q_empty);
@@ -251,50 +431,52 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const float new_max = fmaxf(row_max[h], tile_max);
                 // A row with every key so far masked keeps max -inf: subtract 0 instead of -inf.
                 const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-                correction[h] = exp2f(row_max[h] * scale_log2 - max_scaled);  // 0 on the first tile
+                // 0 on the first tile, exactly 1 where the maximum did not grow.
+                correction[h] = tc::exp2_ftz(row_max[h] * scale_log2 - max_scaled);
                 row_max[h] = new_max;
                 float sum = 0.0f;
 #pragma unroll
                 for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
                     for (int i = 2 * h; i < 2 * h + 2; ++i) {
-                        s[4 * n + i] = exp2f(fmaf(s[4 * n + i], scale_log2, -max_scaled));
+                        s[4 * n + i] = tc::exp2_ftz(fmaf(s[4 * n + i], scale_log2, -max_scaled));
                         sum += s[4 * n + i];
                     }
                 row_sum[h] = row_sum[h] * correction[h] + sum;
             }
-#pragma unroll
-            for (int r = 0; r < kD / 2; ++r) o[r] *= correction[r % 4 / 2];
 
-                // P to shared memory in bf16, laid out as TMA lays out a K-major tile (chunks of 64
-                // keys, 128-byte rows, swizzled): the A operand of O += P V. Each store is a pair
-                // of keys; the 8 rows of a store's lanes land in 8 different 16-byte chunks (no
-                // bank conflict).
-#pragma unroll
-            for (int n = 0; n < kBlockN / 8; ++n)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = warp * 16 + g + 8 * h, key = 8 * n + 2 * t;
-                    const int offset = key / kChunkCols * kWgmmaM * kChunkCols +
-                                       course::swizzled_bf16_offset(row, key % kChunkCols);
-                    *reinterpret_cast<__nv_bfloat162*>(p_tile + offset) =
-                        __floats2bfloat162_rn(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]);
-                }
-            // wgmma reads shared memory through the async proxy: this thread's stores must be made
-            // visible to it, then every warp of the warpgroup must be done storing.
-            hopper::fence_proxy_async();
-            hopper::named_barrier_sync(1 + consumer, kWarpgroupThreads);
-            issue_output<kD>(o, hopper::shared_address(p_tile),
-                             hopper::shared_address(v_tile(stage)));
-            // Waiting here, before the next tile's S, keeps o out of the loop's register moves
-            // while wgmma writes it (an in-flight wgmma whose accumulators other instructions
-            // define makes ptxas serialize every wgmma of the kernel). The other consumer
-            // warpgroup's products fill the SM meanwhile. Then the stage's K and V, and the P tile,
-            // are free again.
+            // The previous tile's P V is done: its stage and P's registers are free, O is ours.
+            // (The wait is unconditional, a no-op on the first tile: ptxas cannot tell that two
+            // `tile > 0` branches go the same way, and one path past an issued P V without its wait
+            // would make it serialize every wgmma of the kernel.)
             hopper::wgmma_wait<0>();
             hopper::fence_accumulators(o);
-            hopper::mbarrier_arrive(&empty[stage]);
+            fence_fragments(p);
+            if (tile > 0) hopper::mbarrier_arrive(&empty[previous_stage]);
+            // O is rescaled where some row of the warp has a larger maximum (its correction below
+            // 1: on the first tile O is 0 whatever it is multiplied by).
+            if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
+#pragma unroll
+                for (int r = 0; r < kD / 2; ++r) o[r] *= correction[r % 4 / 2];
+            }
+            // This tile's P, in bf16, as the next P V's A fragments.
+#pragma unroll
+            for (int kk = 0; kk < kBlockN / kWgmmaK; ++kk)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int n = 2 * kk + i / 2, h = i % 2;  // a[i]: row g + 8 h, group n
+                    p[kk][i] = tc::pack_bf16(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]);
+                }
+            previous_stage = stage;
         }
+        // The item's last P V.
+        take_turn();
+        issue_output<kD>(o, p, v_descriptor(previous_stage));
+        hand_over_turn();
+        hopper::wgmma_wait<0>();
+        hopper::fence_accumulators(o);
+        fence_fragments(p);
+        hopper::mbarrier_arrive(&empty[previous_stage]);
 
         // The 4 lanes of a row group each summed a quarter of the row: add them up, then normalize.
 #pragma unroll
@@ -317,6 +499,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 L[static_cast<long long>(w.head) * T + row] = scale * row_max[h] + logf(row_sum[h]);
         }
     }
+    // Consumer 1 handed consumer 0 one turn more than consumer 0 takes in the items (the first):
+    // taken here, so that no barrier is left half-arrived when the block exits.
+    if (consumer == 0) take_turn();
 #endif
 }
 
