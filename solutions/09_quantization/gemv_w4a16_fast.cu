@@ -78,8 +78,8 @@ static_assert(kOneTokenBlock % kLoadsPerGroup == 0, "a thread's loads of a row s
 // blocks are 1.94 waves of 1056: a block that ends is replaced at once, and the last ones end
 // with the reading. Issue: a nibble's LOP3 and FFMA and its product's
 // FFMA, per word of 8 its XOR and carriers, x's 32 values turned into floats once for 4 rows, the
-// loads and their addresses: about 3.9 instructions a weight in the trip's SASS (sm_90), 64 M
-// weights at 132 SMs x 128 lanes x 1.98 GHz: 7.5 us, under the 10.7 us of reading.
+// loads and their addresses: about 4.2 instructions a weight in the trip's SASS (sm_90), 64 M
+// weights at 132 SMs x 128 lanes x 1.98 GHz: 8 us, under the 10.7 us of reading.
 __global__ void __launch_bounds__(kOneTokenBlock, 65536 / (kOneTokenRegisters * kOneTokenBlock))
     one_token_kernel(int N, int K, const __nv_bfloat16* __restrict__ x,
                      const std::uint8_t* __restrict__ W, const float* __restrict__ scales,
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kOneTokenBlock, 65536 / (kOneTokenRegisters * 
     const uint4* x_trip = reinterpret_cast<const uint4*>(x) + 4 * threadIdx.x;  // 8 bf16 a uint4
 
     float acc[kOneTokenRows] = {};
-    for (int left = loads - threadIdx.x; left > 0; left -= kTrip) {
+    for (int left = loads - static_cast<int>(threadIdx.x); left > 0; left -= kTrip) {
         // The trip's loads, every one before any use; evict-first (__ldcs): W is read once.
         // `left`: the row's uint4s from the thread's first of the trip on. Rows past N load
         // nothing (zeros) and store nothing.

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kOneTokenBlock, 65536 / (kOneTokenRegisters * 
     const uint4* x_trip = reinterpret_cast<const uint4*>(x) + 2 * threadIdx.x;  // 8 bf16 a uint4
 
     float acc[kOneTokenRows] = {};
-    for (int left = loads - threadIdx.x; left > 0; left -= kTrip) {
+    for (int left = loads - static_cast<int>(threadIdx.x); left > 0; left -= kTrip) {
         // The trip's loads, every one before any use; evict-first (__ldcs): W is read once.
         // `left`: the row's uint4s from the thread's first of the trip on. Rows past N load
         // nothing (zeros) and store nothing.
