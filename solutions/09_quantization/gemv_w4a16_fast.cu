@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(kOneTokenBlock, 65536 / (kOneTokenRegisters * 
 
     float acc[kOneTokenRows] = {};
     for (int left = loads - static_cast<int>(threadIdx.x); left > 0; left -= kTrip) {
-        // The trip's loads, every one before any use; evict-first (__ldcs): W is read once.
-        // `left`: the row's uint4s from the thread's first of the trip on. Rows past N load
-        // nothing (zeros) and store nothing.
+        // The trip's loads, every one before any use; evict-first (__ldcs): W and its scales are
+        // read once, and L1 keeps x. `left`: the row's uint4s from the thread's first of the trip
+        // on. Rows past N load nothing (zeros) and store nothing.
         uint4 w[kOneTokenRows][kOneTokenLoads] = {};
         float scale[kOneTokenRows][kOneTokenLoads] = {};
 #pragma unroll
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kOneTokenBlock, 65536 / (kOneTokenRegisters * 
             for (int j = 0; j < kOneTokenLoads; ++j)
                 if (j * kOneTokenBlock < end)
                     scale[r][j] =
-                        __ldg(scale_trip + r * groups + j * kOneTokenBlock / kLoadsPerGroup);
+                        __ldcs(scale_trip + r * groups + j * kOneTokenBlock / kLoadsPerGroup);
         }
 #pragma unroll
         for (int j = 0; j < kOneTokenLoads; ++j) {
