@@ -1,30 +1,41 @@
-// 09_quantization/gemv_w4a16_fast: y = W x at decode time with INT4 weights, on the tensor cores
-// from two tokens on. Fast reference: the readable solution (gemv_w4a16.cu, included below) plus
-// what it leaves on the table for a batch of tokens.
+// 09_quantization/gemv_w4a16_fast: y = W x at decode time with INT4 weights: at one token a
+// kernel built for bandwidth, from two tokens on the tensor cores. Fast reference: the readable
+// solution (gemv_w4a16.cu, included below) plus what it leaves on the table.
 //
-// Teaches: for a batch of tokens the readable kernel does every token's multiply-adds on the CUDA
+// Teaches: at one token the readable kernel's arithmetic is cheap enough (a LOP3 and two FFMA a
+// nibble), but its structure is not: a block of 16 rows walks K in 8 steps, each behind x's tile,
+// a barrier and the step's arithmetic, with 32 KB of W an SM in flight (53% of the copy on an
+// H100). The one-token kernel here keeps the readable kernel's dequantization and changes only
+// how W streams: a block of 4 warps takes 4 rows and splits each row's K between its 128 threads,
+// every thread issuing all its loads of a trip (a uint4 of each row and its group's scale, with
+// CUDA's streaming hint) before it uses any; x (16 KB) comes through L1 beside them, no shared
+// tile and no barrier until the one that adds up the warps' sums. At N = 8192 the 2048 blocks of
+// 4 rows are two waves less a few (8 blocks an SM at 64 registers a thread), 64 KB of W an SM in
+// flight when all of them wait.
+// For a batch of tokens the readable kernel does every token's multiply-adds on the CUDA
 // cores, four instructions a nibble and token (7.8% of the copy at 16 tokens on an H100). Here
 // the products go to the tensor cores: a warp multiplies 16 rows of W (A) by up to 8 tokens (B's
 // columns; 9 to 16 take two mma), and a pair of nibbles becomes a bf16 pair in three
-// instructions (gemm_w4a16's trick): 27.7% of the copy at 16 tokens. At one token 7 of B's 8
-// columns are zeros and the tensor-core path measured 48.6-51.9% against the readable kernel's
-// 53%: one token takes the readable kernel. A dot product does not care in which order its k
+// instructions (gemm_w4a16's trick): 27.7% of the copy at 16 tokens. (At one token 7 of B's 8
+// columns are zeros: the tensor-core path measured 48.6-51.9% there.) A dot product does not
+// care in which order its k
 // come: a lane's 16 bytes of a row (32 consecutive k, a quarter of a group) go into the A
 // fragment as they are, and B takes x at the same k from 16 bytes of x, so W needs no tiling
 // pass. No barrier in the loop: each lane streams its own 16-byte pieces of W and their scales
 // into a ring of shared memory with cp.async, 3 groups ahead of its arithmetic (96 bytes a
 // lane, 96 KB an SM in flight), and reads back only what it copied itself; x comes through L1;
 // the 8 warps of a block split K and add up their sums through shared memory once, at the end.
-// GPUs without bf16 tensor cores (a T4) take the readable solution's path for every batch. The module README
-// compares the two.
+// GPUs without bf16 tensor cores (a T4) take the readable solution's path for a batch. The module
+// README compares the two.
 //
 // Run:  grader run 09/gemv_w4a16 --solutions     (the "gemv_w4a16 (fast)" row)
-// Contract: gemv_w4a16.h                          Notes:  notes/09_quantization.md, section 5
+// Contract: gemv_w4a16.h                          Notes:  notes/09_quantization.md, sections 3-5
 #include <cstddef>
 #include <cstdint>
 
 #include "course/exercise.h"
 #include "course/launch.h"
+#include "course/vec.h"
 #include "gemv_w4a16.h"
 #include "tensor_core.h"
 
@@ -35,6 +46,129 @@ namespace readable {
 }  // namespace readable
 
 namespace {
+
+// ---- One token: W streamed at the copy's rate ----------------------------------------------
+
+// Threads of a one-token block: 4 warps split each of its rows' K (a row of 8192 is 256 uint4s,
+// 2 a thread), and add up their sums once, at the end.
+constexpr int kOneTokenBlock = 128;
+// Rows a block computes: each value of x read through L1 and turned into a float serves them all.
+constexpr int kOneTokenRows = 4;
+// uint4s of each row a thread loads in a trip, all issued before any is used: with 4 rows, 4 loads
+// of 16 bytes in flight a thread, 2 trips at K = 8192. (2 loads a row: 80 registers, or spills at
+// 64.)
+constexpr int kOneTokenLoads = 1;
+// Registers a thread at most (__launch_bounds__): 64 lets 8 blocks (1024 threads, 32 warps) share
+// an SM's 65536, and the loads in flight are those of 32 warps.
+constexpr int kOneTokenRegisters = 64;
+constexpr int kLoadsPerGroup = kInt4Group / 32;         // uint4s of a row per group: 4
+constexpr int kTrip = kOneTokenBlock * kOneTokenLoads;  // uint4s of a row the block loads a trip
+static_assert(kOneTokenBlock % kLoadsPerGroup == 0, "a thread's loads of a row stay in its group");
+
+// Block b computes rows n = kOneTokenRows b + r; thread t takes uint4s t, t + kOneTokenBlock, ...
+// of every row (a warp's loads of a row are 512 consecutive bytes), with their group's scale,
+// loaded beside them, applied to the uint4's 32 products. The nibbles become floats as in the
+// readable kernel (a LOP3 and an FFMA each). x, 16 KB, is read through L1 by every block: its
+// uint4s 4 c .. 4 c + 3 lie under W's uint4 c.
+//
+// Napkin math at N = K = 8192 on an H100 (notes, section 3): W and its scales are 34 MB, 10.7 us
+// at 3.2 TB/s. In flight: each thread issues its 4 loads of W (64 bytes) and their scales before
+// any arithmetic; at 1024 threads an SM that is 64 KB an SM when every thread waits, more than
+// twice the 25 KB that 3.3 TB/s at a microsecond's latency asks of each of 132 SMs. The 2048
+// blocks are 1.94 waves of 1056: a block that ends is replaced at once, and the last ones end
+// with the reading. Issue: a nibble's LOP3 and FFMA and its product's
+// FFMA, per word of 8 its XOR and carriers, x's 32 values turned into floats once for 4 rows, the
+// loads and their addresses: about 4.2 instructions a weight in the trip's SASS (sm_90), 64 M
+// weights at 132 SMs x 128 lanes x 1.98 GHz: 8 us, under the 10.7 us of reading.
+__global__ void __launch_bounds__(kOneTokenBlock, 65536 / (kOneTokenRegisters * kOneTokenBlock))
+    one_token_kernel(int N, int K, const __nv_bfloat16* __restrict__ x,
+                     const std::uint8_t* __restrict__ W, const float* __restrict__ scales,
+                     float* __restrict__ y) {
+    __shared__ float warp_sums[kOneTokenBlock / 32][kOneTokenRows];
+
+    const int first_row = blockIdx.x * kOneTokenRows;
+    const int rows = N - first_row;  // the block's rows below N (fewer in the last block)
+    const int loads = K / 32;        // uint4s of a row
+    const int groups = K / kInt4Group;
+    // The thread's first uint4 of the block's first row, its group's scale and x's uint4s under
+    // it; row r's are `loads` uint4s and `groups` scales further, each trip kTrip uint4s on.
+    // 64-bit offsets to the block: N * K / 2 bytes can pass 2^31 (those inside it are small).
+    const uint4* w_trip =
+        reinterpret_cast<const uint4*>(W + static_cast<std::size_t>(first_row) * K / 2) +
+        threadIdx.x;
+    const float* scale_trip =
+        scales + static_cast<std::size_t>(first_row) * groups + threadIdx.x / kLoadsPerGroup;
+    const uint4* x_trip = reinterpret_cast<const uint4*>(x) + 4 * threadIdx.x;  // 8 bf16 a uint4
+
+    float acc[kOneTokenRows] = {};
+    for (int left = loads - static_cast<int>(threadIdx.x); left > 0; left -= kTrip) {
+        // The trip's loads, every one before any use; evict-first (__ldcs): W and its scales are
+        // read once, and L1 keeps x. `left`: the row's uint4s from the thread's first of the trip
+        // on. Rows past N load nothing (zeros) and store nothing.
+        uint4 w[kOneTokenRows][kOneTokenLoads] = {};
+        float scale[kOneTokenRows][kOneTokenLoads] = {};
+#pragma unroll
+        for (int r = 0; r < kOneTokenRows; ++r) {
+            const int end = r < rows ? left : 0;
+            course::load_batch<kOneTokenBlock, course::Cache::kLastUse>(w[r], w_trip + r * loads, 0,
+                                                                        end);
+#pragma unroll
+            for (int j = 0; j < kOneTokenLoads; ++j)
+                if (j * kOneTokenBlock < end)
+                    scale[r][j] =
+                        __ldcs(scale_trip + r * groups + j * kOneTokenBlock / kLoadsPerGroup);
+        }
+#pragma unroll
+        for (int j = 0; j < kOneTokenLoads; ++j) {
+            if (j * kOneTokenBlock >= left) break;  // the trip's last loads run past the row's end
+            float dot[kOneTokenRows] = {};
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                float xs[8];
+                readable::bf16x8_to_float(__ldg(x_trip + 4 * j * kOneTokenBlock + p), xs);
+#pragma unroll
+                for (int r = 0; r < kOneTokenRows; ++r) {
+                    float weights[8];
+                    readable::int4x8_to_float(w[r][j], p, weights);
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) dot[r] += weights[i] * xs[i];
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < kOneTokenRows; ++r) acc[r] += dot[r] * scale[r][j];
+        }
+        w_trip += kTrip;
+        scale_trip += kTrip / kLoadsPerGroup;
+        x_trip += 4 * kTrip;
+    }
+
+    // Each row's sum: a butterfly in each warp, then the warps' sums through shared memory.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int r = 0; r < kOneTokenRows; ++r) {
+        float sum = acc[r];
+        for (int offset = 16; offset > 0; offset /= 2)
+            sum += __shfl_xor_sync(readable::kFullMask, sum, offset);
+        if (lane == 0) warp_sums[warp][r] = sum;
+    }
+    __syncthreads();  // every warp's sums are written
+    const int n = first_row + threadIdx.x;
+    if (threadIdx.x < kOneTokenRows && n < N) {
+        float total = 0.0f;
+#pragma unroll
+        for (int other = 0; other < kOneTokenBlock / 32; ++other)
+            total += warp_sums[other][threadIdx.x];
+        y[n] = total;
+    }
+}
+
+void launch_one_token(int N, int K, const __nv_bfloat16* x, const std::uint8_t* W,
+                      const float* scales, float* y) {
+    one_token_kernel<<<course::ceil_div(N, kOneTokenRows), kOneTokenBlock>>>(N, K, x, W, scales, y);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- A batch of tokens: the products on the tensor cores ------------------------------------
 
 constexpr int kRowsPerBlock = 16;  // an mma's A: 16 rows of W; all warps of a block share them
 constexpr int kWarps = 8;          // split K: warp w takes groups w, w + 8, w + 16, ...
@@ -49,7 +183,6 @@ constexpr int kStages = 4;
 // 3.3 TB/s at a microsecond's latency needs some 25 KB. Half as many at 9 to 16 tokens, whose
 // second tile of B and its accumulators need some 90 registers.
 constexpr int kMinBlocksPerSm = 32 / kWarps;
-constexpr int kLoadsPerGroup = kInt4Group / 32;  // uint4s of a row per group: 4, one per t
 static_assert(kLoadsPerGroup == 4, "a group is 4 uint4s of a row: lanes t = 0 .. 3 of an mma");
 
 // The bf16 pair (136.0, 136.0): gemm_w4a16's. ((word >> 4 p) & 0x000F000F) ^ 0x43084308 is the
@@ -222,11 +355,12 @@ void launch(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* W, 
 
 void gemv_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* W,
                 const float* scales, float* y) {
-    // bf16 mma.sync needs device code for sm_80 or newer (tensor_core.h compiles it to a trap
-    // below): a build for a T4 runs the readable kernel. So does one token, where the mma's
-    // other 7 columns are zeros: the readable kernel was the faster there (H100: 53.0% of the
-    // copy against 48.6%, dev/tuning/09_quantization.md).
-    if (M == 1 || course::compiled_arch(gemv_w4a16_fast_kernel<1>) < 80)
+    // One token: the kernel above, on every GPU (CUDA cores only). A batch: bf16 mma.sync needs
+    // device code for sm_80 or newer (tensor_core.h compiles it to a trap below), so a build for
+    // a T4 runs the readable kernel.
+    if (M == 1)
+        launch_one_token(N, K, x, W, scales, y);
+    else if (course::compiled_arch(gemv_w4a16_fast_kernel<1>) < 80)
         readable::gemv_w4a16(M, N, K, x, W, scales, y);
     else if (M <= 8)
         launch<1>(M, N, K, x, W, scales, y);

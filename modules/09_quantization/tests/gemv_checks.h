@@ -243,6 +243,8 @@ inline void check_shapes(const Launcher& run, Format format) {
     check_shape(run, format, 1, 2304, 768, rng, accuracy);  // GPT-2 124M's qkv projection
     check_shape(run, format, 4, 768, 3072, rng, accuracy);  // its MLP's second product
     check_shape(run, format, 2, 5, 65536, rng, accuracy);   // the longest rows
+    // One token over many trips of a fast kernel's block (4096 columns a trip), the last partial.
+    check_shape(run, format, 1, 5, format == Format::int8 ? 65520 : 65408, rng, accuracy);
     quant::record_product_accuracy("y", "y against the product with the float32 weights", accuracy);
 }
 
@@ -360,32 +362,13 @@ inline void time_against_cublas(const Launcher& run, Format format, std::size_t 
 
 // ---- Past 2^31 bytes of W ---------------------------------------------------------------------
 
-// N = 2^20 rows (the contract's most) of K values, made on the device from a hash: row 2^19 starts
-// past byte 2^31 (INT8, K = 4096) or past nibble 2^32 (INT4, K = 8192), where 32-bit offsets
-// overflow. Two tokens, so that a kernel with a path of its own for a batch (a fast one on the
-// tensor cores from two tokens on) runs it here too; y is compared on rows at the start, around
-// those rows and at the end, for both tokens.
-inline void check_past_int_range(const Launcher& run, Format format, course::Rng rng) {
-    constexpr std::size_t M = 2;
-    const std::size_t N = std::size_t{1} << 20, K = format == Format::int8 ? 4096 : 8192;
-    const std::size_t bytes = format == Format::int8 ? N * K : N * K / 2;
-    const std::size_t scale_count = format == Format::int8 ? N : N * K / kInt4Group;
-    COURSE_LARGE_CASE(bytes + 4 * scale_count + 8 * M * N + (64u << 20));
-    SCOPED_TRACE(quant::shape_label(M, N, K) + ", W made on the device");
-    const std::uint64_t seed = rng.next_u64(), scale_seed = rng.next_u64();
-    const quant::Bf16Matrix x = quant::to_bf16(course::random_floats(M * K, -1.0f, 1.0f, rng));
-    course::DeviceBuffer<std::uint16_t> d_x("x", x.bits);
-    course::DeviceBuffer<std::uint8_t> d_W("W", bytes);
-    course::DeviceBuffer<float> d_scales("scales", scale_count), d_y("y", M * N);
-    course::fill_bytes(d_W.data(), bytes, seed);
-    course::fill_uniform(d_scales.data(), scale_count, scale_seed, 1e-3f, 1e-2f);
-
-    course::run_large_case([&] {
-        run(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), quant::as_bf16(d_x),
-            d_W.data(), d_scales.data(), d_y.data());
-    });
-
-    // Rows 0 .., the rows around 2^19 (the first past 2^31 bytes or 2^32 nibbles), the last ones.
+// y of M tokens, computed from W and scales made on the device from `seed` and `scale_seed`, on
+// rows at the start, around row 2^19 (the first past 2^31 bytes or 2^32 nibbles) and at the end,
+// for every token, against the CPU.
+inline void check_windows_past_int_range(const course::DeviceBuffer<float>& d_y,
+                                         const quant::Bf16Matrix& x, Format format, std::size_t M,
+                                         std::size_t N, std::size_t K, std::uint64_t seed,
+                                         std::uint64_t scale_seed) {
     std::vector<course::Window> windows;
     for (std::size_t m = 0; m < M; ++m)
         for (const std::size_t first : {std::size_t{0}, N / 2 - 32, N - 64})
@@ -442,6 +425,35 @@ inline void check_past_int_range(const Launcher& run, Format format, course::Rng
                "bits (std::size_t)";
     };
     EXPECT_TRUE(course::expect_close(got, want, tol, options));
+}
+
+// N = 2^20 rows (the contract's most) of K values, made on the device from a hash: row 2^19 starts
+// past byte 2^31 (INT8, K = 4096) or past nibble 2^32 (INT4, K = 8192), where 32-bit offsets
+// overflow. One token, then two, so that a kernel with a path of its own for each (a fast
+// reference's kernel for one token, its tensor cores from two on) runs both here.
+inline void check_past_int_range(const Launcher& run, Format format, course::Rng rng) {
+    constexpr std::size_t kMaxTokens = 2;
+    const std::size_t N = std::size_t{1} << 20, K = format == Format::int8 ? 4096 : 8192;
+    const std::size_t bytes = format == Format::int8 ? N * K : N * K / 2;
+    const std::size_t scale_count = format == Format::int8 ? N : N * K / kInt4Group;
+    COURSE_LARGE_CASE(bytes + 4 * scale_count + 8 * kMaxTokens * N + (64u << 20));
+    const std::uint64_t seed = rng.next_u64(), scale_seed = rng.next_u64();
+    const quant::Bf16Matrix x =
+        quant::to_bf16(course::random_floats(kMaxTokens * K, -1.0f, 1.0f, rng));
+    course::DeviceBuffer<std::uint16_t> d_x("x", x.bits);
+    course::DeviceBuffer<std::uint8_t> d_W("W", bytes);
+    course::DeviceBuffer<float> d_scales("scales", scale_count), d_y("y", kMaxTokens * N);
+    course::fill_bytes(d_W.data(), bytes, seed);
+    course::fill_uniform(d_scales.data(), scale_count, scale_seed, 1e-3f, 1e-2f);
+
+    for (std::size_t M = 1; M <= kMaxTokens; ++M) {
+        SCOPED_TRACE(quant::shape_label(M, N, K) + ", W made on the device");
+        course::run_large_case([&] {
+            run(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), quant::as_bf16(d_x),
+                d_W.data(), d_scales.data(), d_y.data());
+        });
+        check_windows_past_int_range(d_y, x, format, M, N, K, seed, scale_seed);
+    }
 }
 
 }  // namespace gemv
