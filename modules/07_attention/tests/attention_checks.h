@@ -353,9 +353,11 @@ inline std::string forward_diagnosis(const std::vector<float>& got_O,
         return "L is right in every row, and each wrong row of O is the right one times a factor "
                "above 1: O is the running sum o, not divided by l at the end (O_i = o_i / l_i)";
     if (L_right)
-        return "L is right in every row but O is not: the running output o must be rescaled by "
+        return "L is right in every row but O is not: the weights are right (L is their sum), "
+               "so what they meet is not. The running output o must be rescaled by "
                "exp(m_old - m_new) whenever a K/V tile raises the row maximum, as the running "
-               "sum l is";
+               "sum l is, and P must meet the V tile of the keys its scores came from (the "
+               "same tile, stage and head)";
     if (O_right)
         return "O is right in every row but L is not: L_i = m_i + log(l_i), the largest scaled "
                "score of the whole row (scale applied; the running maximum m carried from tile "
