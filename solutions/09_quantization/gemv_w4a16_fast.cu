@@ -11,7 +11,7 @@
 // CUDA's streaming hint) before it uses any; x (16 KB) comes through L1 beside them, no shared
 // tile and no barrier until the one that adds up the warps' sums. At N = 8192 the 2048 blocks of
 // 4 rows are two waves less a few (8 blocks an SM at 64 registers a thread), 64 KB of W an SM in
-// flight when all of them wait.
+// flight when all of them wait: 57.8% of the copy on an H100 (the README says what is left).
 // For a batch of tokens the readable kernel does every token's multiply-adds on the CUDA
 // cores, four instructions a nibble and token (7.8% of the copy at 16 tokens on an H100). Here
 // the products go to the tensor cores: a warp multiplies 16 rows of W (A) by up to 8 tokens (B's
