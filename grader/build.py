@@ -45,6 +45,14 @@ DISK_FAULT = re.compile(r"Read-only file system|No space left on device|Disk quo
 GTEST_DOWNLOAD_FAILED = "Build step for googletest failed"
 # Ninja cannot use the build files CMake wrote: re-running CMake failed, or they are broken.
 BROKEN_BUILD_FILES = re.compile(r"^ninja: error: (?:rebuilding 'build\.ninja'|build\.ninja:)", re.M)
+# ptxas's advice that it made each wgmma of a function wait for the one before (C7510-C7520, e.g.
+# "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized
+# due to non wgmma instructions defining accumulator registers of a wgmma between start and end of
+# the pipeline stage in the function '...'"): the results stay right, the speed goes, and nothing
+# else says so. Ninja prints a compile's output under its "Building ... object X.o" line.
+WGMMA_SERIALIZED = re.compile(r"\((C75\d\d)\) Potential Performance Loss: wgmma\.mma_async "
+                              r"instructions are serialized due to (.*?)(?: in the function '.*)?$")
+NINJA_OBJECT = re.compile(r"^\[\d+/\d+\] Building \S+ object \S*?\.dir/(\S+?)\.o$")
 NOT_CONFIGURED = "not configured yet"
 UNFINISHED = "its last configure did not finish"
 # The compilers a cache names: gone (a toolkit moved or removed), the tree cannot build.
@@ -232,6 +240,8 @@ def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailu
             configure(tree, log, fresh=True)
             with activity(log, title) as step:
                 returncode, output = _run_streamed(command, step)
+        for note in serialized_wgmma_notes(output):
+            log(note)
         if returncode == 0:
             return {}
         _raise_environment_fault(tree, output)
@@ -246,6 +256,31 @@ def build(tree: BuildTree, targets: list[str], log: Log) -> dict[str, BuildFailu
                     _raise_environment_fault(tree, output)
                     failures[target] = BuildFailure(compiler_errors(output), output)
         return failures
+
+
+def serialized_wgmma_notes(output: str) -> list[str]:
+    """One note per source file and reason where ptxas serialized the wgmma of a function."""
+    notes, source = [], "a compiled file"
+    for line in output.splitlines():
+        if built := NINJA_OBJECT.match(line.strip()):
+            source = built.group(1)
+        elif found := WGMMA_SERIALIZED.search(line):
+            code, reason = found.groups()
+            reason = " ".join(reason.split())  # ptxas doubles a space or two
+            if "register resources" in reason:
+                advice = "fewer accumulators a thread, or more registers for the warpgroups "\
+                         "that issue them (setmaxnreg)"
+            elif "function boundary" in reason or "call" in reason:
+                advice = "call nothing that is not inlined between a wgmma's issue and its wait"
+            else:
+                advice = "touch no accumulator of a wgmma, nor any register it reads, between "\
+                         "its issue and the wgmma.wait_group that covers it"
+            note = (f"note: ptxas serialized the wgmma of {source} ({code}: {reason}): each "
+                    f"waits for the one before, so the results are right and the tensor cores "
+                    f"mostly idle. The fix: {advice}")
+            if note not in notes:
+                notes.append(note)
+    return notes
 
 
 def _count(number: int, noun: str) -> str:

@@ -182,6 +182,33 @@ def test_build_output_that_blames_the_machine_is_a_machine_fault():
     assert environment_fault("x.cpp:4:32: error: expected ';'\n") is None
 
 
+def test_wgmma_serialized_by_ptxas_is_a_note_naming_the_file_and_the_reason():
+    from grader.build import serialized_wgmma_notes
+    output = (
+        "[1/3] Building CUDA object CMakeFiles/07_attention.flash_wgmma.checker.dir/"
+        "modules/07_attention/tests/flash_wgmma_test.cu.o\n"
+        "[2/3] Building CUDA object CMakeFiles/07_attention.flash_wgmma.learner.dir/"
+        "modules/07_attention/flash_wgmma.cu.o\n"
+        "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+        "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
+        "between start and end of the pipeline stage in the function '_Z6kernelILi64EEvv'\n"
+        "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+        "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
+        "between start and end of the pipeline stage in the function '_Z6kernelILi128EEvv'\n"
+        "[3/3] Linking CXX executable bin/07_attention.flash_wgmma.learner\n")
+    notes = serialized_wgmma_notes(output)
+    assert len(notes) == 1  # one per file and reason, not per instantiation
+    assert "modules/07_attention/flash_wgmma.cu (C7515: non wgmma instructions defining" in notes[0]
+    assert "_Z6kernel" not in notes[0]
+    assert serialized_wgmma_notes("[1/1] Building CUDA object CMakeFiles/a.dir/a.cu.o\n") == []
+    registers = serialized_wgmma_notes(
+        "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are "
+        "serialized due to insufficient register resources for the wgmma pipeline in the "
+        "function 'f'\n")
+    assert "(C7511: insufficient register resources" in registers[0]
+    assert "setmaxnreg" in registers[0]
+
+
 # --- item 11: the build tree is locked ------------------------------------------------------
 
 def test_a_second_grader_waits_for_the_build_tree(course):
