@@ -262,6 +262,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto column_value = [](const float(&lane_value)[2], int column) {
         return __shfl_sync(0xffffffffu, lane_value[column / 32], column % 32);
     };
+    // A tile's scores (P^T or dS^T) in bf16 into a consumer's tile: rows are keys, the 128-byte
+    // swizzle of a K-major TMA tile, a pair of queries a store (the readable kernel's layout).
+    const auto store_tile = [&](__nv_bfloat16* tile, const float(&values)[kScores]) {
+#pragma unroll
+        for (int n = 0; n < kBlockM / 8; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<__nv_bfloat162*>(
+                    tile + course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t)) =
+                    __floats2bfloat162_rn(values[4 * n + 2 * h], values[4 * n + 2 * h + 1]);
+    };
     // Consumer c's warps (kWarpgroupThreads) have stored a tile that wgmma or TMA reads next.
     const auto sync_warpgroup = [&] {
         hopper::named_barrier_sync(kOwnTileBarrier + consumer, kWarpgroupThreads);
@@ -315,14 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 s[r] = tc::exp2_ftz(fmaf(s[r], scale_log2, -column_value(lane_l, column)));
             }
         }
-        // P^T to this consumer's tile in bf16 (rows are keys, 128-byte swizzle), as the readable.
-#pragma unroll
-        for (int n = 0; n < kBlockM / 8; ++n)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<__nv_bfloat162*>(
-                    p_tile + course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t)) =
-                    __floats2bfloat162_rn(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]);
+        store_tile(p_tile, s);
         hopper::fence_proxy_async();
 
         // dV += P^T dO, issued as soon as this consumer's warps have stored P^T (kDvUnderDs): it
@@ -347,13 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             dp[r] = s[r] * (dp[r] - column_value(lane_d, column));
         }
         auto* ds = reinterpret_cast<__nv_bfloat16*>(ds_tile(buffer, consumer));
-#pragma unroll
-        for (int n = 0; n < kBlockM / 8; ++n)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<__nv_bfloat162*>(
-                    ds + course::swizzled_bf16_offset(warp * 16 + g + 8 * h, 8 * n + 2 * t)) =
-                    __floats2bfloat162_rn(dp[4 * n + 2 * h], dp[4 * n + 2 * h + 1]);
+        store_tile(ds, dp);
         hopper::fence_proxy_async();
         // The last reduction from the dQ tile that is written next must have read it (one tile:
         // the other consumer's, a tile ago; one per consumer: this consumer's, two tiles ago).
