@@ -270,7 +270,7 @@ def serialized_wgmma_notes(output: str) -> list[str]:
             if "register resources" in reason:
                 advice = "fewer accumulators a thread, or more registers for the warpgroups "\
                          "that issue them (setmaxnreg)"
-            elif "function boundary" in reason or "call" in reason:
+            elif "call" in reason:  # a function boundary at a call, an extern call
                 advice = "call nothing that is not inlined between a wgmma's issue and its wait"
             else:
                 advice = "touch no accumulator of a wgmma, nor any register it reads, between "\

@@ -17,9 +17,8 @@
 // avoid it: where the library of an op's exercise also defines the optional entry point with the
 // trainer's own precision and layout (course/entry_point.h: vector_add_bf16, gemm_bf16_epilogue,
 // layernorm_bf16, layernorm_backward_bf16, cross_entropy_bf16, flash_wgmma_packed), a bf16 run
-// calls that instead,
-// with nothing around it; a library without one (a learner's file) runs as above. The printout
-// says which path each op took.
+// calls that instead, with nothing around it; a library without one (a learner's file) runs as
+// above. The printout says which path each op took.
 //
 // Three tables: "learner", the files in modules/ (build/learner), "solutions", the readable
 // solutions (build/solutions), and "fast", the fast references where an exercise has one, else

@@ -18,13 +18,13 @@
 // columns; 9 to 16 take two mma), and a pair of nibbles becomes a bf16 pair in three
 // instructions (gemm_w4a16's trick): 27.7% of the copy at 16 tokens. (At one token 7 of B's 8
 // columns are zeros: the tensor-core path measured 48.6-51.9% there.) A dot product does not
-// care in which order its k
-// come: a lane's 16 bytes of a row (32 consecutive k, a quarter of a group) go into the A
-// fragment as they are, and B takes x at the same k from 16 bytes of x, so W needs no tiling
-// pass. No barrier in the loop: each lane streams its own 16-byte pieces of W and their scales
-// into a ring of shared memory with cp.async, 3 groups ahead of its arithmetic (96 bytes a
-// lane, 96 KB an SM in flight), and reads back only what it copied itself; x comes through L1;
-// the 8 warps of a block split K and add up their sums through shared memory once, at the end.
+// care in which order its k come: a lane's 16 bytes of a row (32 consecutive k, a quarter of a
+// group) go into the A fragment as they are, and B takes x at the same k from 16 bytes of x, so
+// W needs no tiling pass. No barrier in the loop: each lane streams its own 16-byte pieces of W
+// and their scales into a ring of shared memory with cp.async, 3 groups ahead of its arithmetic
+// (96 bytes a lane, 96 KB an SM in flight), and reads back only what it copied itself; x comes
+// through L1; the 8 warps of a block split K and add up their sums through shared memory once,
+// at the end.
 // GPUs without bf16 tensor cores (a T4) take the readable solution's path for a batch. The module
 // README compares the two.
 //

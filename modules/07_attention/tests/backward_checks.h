@@ -120,9 +120,6 @@ inline void check_gradients(const BackwardProblem& p, const F32& dQ, const F32& 
 }
 
 // Runs a case twice: the gradients against the reference, and dK and dV the same bits both times.
-// The loops below stop at their first failing case: its diagnosis names the mistake, and each
-// further one would recompute gradients in double on the CPU to repeat it (a wrong kernel's
-// checker ran past its time limit so).
 inline void check_backward(const BackwardRun& run, const Case& c, course::Rng& rng) {
     SCOPED_TRACE(c.describe());
     const BackwardProblem p(c, rng);
@@ -140,43 +137,47 @@ inline void check_backward(const BackwardRun& run, const Case& c, course::Rng& r
     EXPECT_TRUE(race.empty()) << race;
 }
 
+// The cases in order, up to the first that fails: its diagnosis names the mistake, and each
+// further one would recompute gradients in double on the CPU to repeat it (a wrong kernel's
+// checker ran past its time limit so).
+inline void check_backward_cases(const BackwardRun& run, const std::vector<Case>& cases,
+                                 course::Rng& rng) {
+    for (const Case& c : cases) {
+        check_backward(run, c, rng);
+        if (::testing::Test::HasFailure()) return;
+    }
+}
+
 // The forward's grid (kEdgeLengths: a single key, partial tiles, up to 1000), D 64 and 128,
 // causal and not, B and H not 1; against the double CPU reference.
 inline void backward_edge_shapes(const BackwardRun& run, course::Rng& rng) {
+    std::vector<Case> cases;
     for (std::size_t D : {64, 128})
         for (std::size_t T : kEdgeLengths)
-            for (bool causal : {false, true}) {
-                check_backward(run, Case{{2, 2, T, D}, causal}, rng);
-                if (::testing::Test::HasFailure()) return;
-            }
+            for (bool causal : {false, true}) cases.push_back(Case{{2, 2, T, D}, causal});
+    check_backward_cases(run, cases, rng);
 }
 
 // The long sequence, against the float32 GPU reference.
 inline void backward_long_sequence(const BackwardRun& run, course::Rng& rng) {
     COURSE_SKIP_ON_EMULATOR("T = 4096");
+    std::vector<Case> cases;
     for (std::size_t D : {64, 128})
-        for (bool causal : {false, true}) {
-            check_backward(run, Case{{2, 2, kLongLength, D}, causal}, rng);
-            if (::testing::Test::HasFailure()) return;
-        }
+        for (bool causal : {false, true}) cases.push_back(Case{{2, 2, kLongLength, D}, causal});
+    check_backward_cases(run, cases, rng);
 }
 
 // The contract's most heads, 5 x 13107 = 65535 (a grid of one block row per head along y just
 // fits), each short: T = 3.
 inline void backward_most_heads(const BackwardRun& run, course::Rng& rng) {
     COURSE_SKIP_ON_EMULATOR("65535 heads");
-    for (bool causal : {false, true}) {
-        check_backward(run, Case{{5, 13107, 3, 64}, causal}, rng);
-        if (::testing::Test::HasFailure()) return;
-    }
+    check_backward_cases(run, {Case{{5, 13107, 3, 64}, false}, Case{{5, 13107, 3, 64}, true}}, rng);
 }
 
 // Scores of tens: P nearly one-hot in some rows.
 inline void backward_large_scores(const BackwardRun& run, course::Rng& rng) {
-    for (bool causal : {false, true}) {
-        check_backward(run, Case{{2, 3, 130, 64}, causal, 30.0f}, rng);
-        if (::testing::Test::HasFailure()) return;
-    }
+    check_backward_cases(
+        run, {Case{{2, 3, 130, 64}, false, 30.0f}, Case{{2, 3, 130, 64}, true, 30.0f}}, rng);
 }
 
 // The gradients of sampled rows of one head, in double from what the kernel is given (16-bit
