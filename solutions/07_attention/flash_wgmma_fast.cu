@@ -149,6 +149,11 @@ constexpr bool kPingPong = true;
 constexpr bool kSkipRowsPastT = true;
 // The consumer's number made warp-uniform for ptxas (below); false: as threadIdx.x gives it.
 constexpr bool kUniformConsumer = true;
+// The wait for P V in both arms of the rescale's branch, which ptxas keeps after the softmax's
+// exponentials (a block boundary it does not move the wait across). Before the branch, ptxas
+// hoists it, as far as above every exponential (0 of the 66 MUFU.EX2 before it in this file's
+// build; 33 in the tenth session's), and the softmax no longer runs under P V.
+constexpr bool kWaitInRescaleBranch = true;
 
 // A wgmma descriptor `bytes` further into shared memory: its address field (bits 0-13, the
 // address / 16) takes the sum in place, shared memory being under 256 KB (no carry out). The
@@ -503,20 +508,26 @@ __global__ void __launch_bounds__(Shape<kD, kConsumers>::kThreads, 1)
             }
 
             // The previous tile's P V is done: its stage and P's registers are free, O is ours.
-            // (The wait is unconditional, a no-op on the first tile: ptxas cannot tell that two
+            // (The wait is on every path, a no-op on the first tile: ptxas cannot tell that two
             // `tile > 0` branches go the same way, and one path past an issued P V without its wait
             // would make it serialize every wgmma of the kernel.)
-            hopper::wgmma_wait<0>();
-            hopper::fence_accumulators(o);
-            fence_fragments(p);
-            if (tile > 0) hopper::mbarrier_arrive(&empty[previous_stage]);
+            const auto wait_for_output = [&] {
+                hopper::wgmma_wait<0>();
+                hopper::fence_accumulators(o);
+                fence_fragments(p);
+            };
+            if (!kWaitInRescaleBranch) wait_for_output();
             // O is rescaled where some row of the warp has a larger maximum (its correction below
             // 1: on the first tile O is 0 whatever it is multiplied by).
             if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
+                if (kWaitInRescaleBranch) wait_for_output();
 #pragma unroll
                 for (int r = 0; r < kD / 2; ++r) o[r] *= correction[r % 4 / 2];
+            } else if (kWaitInRescaleBranch) {
+                wait_for_output();
             }
-            // This tile's P, in bf16, as the next P V's A fragments.
+            if (tile > 0) hopper::mbarrier_arrive(&empty[previous_stage]);
+                // This tile's P, in bf16, as the next P V's A fragments.
 #pragma unroll
             for (int kk = 0; kk < kBlockN / kWgmmaK; ++kk)
 #pragma unroll
