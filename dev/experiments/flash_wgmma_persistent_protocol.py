@@ -1,6 +1,6 @@
 """A model of flash_wgmma_fast.cu's synchronization, run on random interleavings (no GPU).
 
-The persistent kernel's producer runs ahead across work items: Q is reloaded once both consumers'
+The persistent kernel's producer runs ahead across work items: Q is reloaded once every consumer's
 last S of an item has read it (q_empty), and the ring of K/V stages goes on from one item's tiles
 to the next's, stage and parity counted over all items. A block's first item is blockIdx.x, the
 next ones come from a counter shared by the blocks (atomicAdd), handed to the consumers in shared
@@ -9,18 +9,21 @@ memory (round_item) with the Q tile's barrier; an item past the end tells them t
 Each consumer pipelines its products: in one turn it issues tile j's S = Q K^T and tile j - 1's
 O += P V (P from registers), each its own wgmma group; it waits until one group is left (S done),
 runs the softmax, waits for none (P V done), releases tile j - 1's stage, rescales O and packs the
-new P over the old one. The item's last P V follows the loop. The consumers take turns at
-issuing: named barriers (bar.sync at its own, bar.arrive at the other's, 256 threads: a phase
-completes when both warpgroups are in), consumer 1 handing over the first turn, consumer 0
-taking the last one handed over after its items.
+new P over the old one. The item's last P V follows the loop. The consumers (two, or three at D 64
+not causal) take turns at issuing, in a ring: named barriers (bar.sync at its own, bar.arrive at
+the next one's, 256 threads: a phase completes when both warpgroups are in), the last consumer
+handing consumer 0 the first turn, consumer 0 taking the last one handed over after its items.
+A consumer whose rows of an item all lie past T (the last query tile's) computes nothing: for
+each tile it waits for the stage to land, takes and hands over its turn and releases the stage,
+then releases Q and takes the turn of the item's last P V.
 
-The model plays every block's producer thread, two consumer warpgroups (one agent each: an arrive
+The model plays every block's producer thread, its consumer warpgroups (one agent each: an arrive
 counts for the warpgroup's 128 threads), each consumer's wgmma groups (they run in order, each
 reading its operands at a random time before it completes) and the TMA copies (landing in any
 order, at any time), with mbarriers as PTX defines them (a phase completes when its arrivals and
 its transaction bytes are in; try_wait.parity p passes once the phase of parity p has completed).
 It checks that every S reads its item's Q and its tile's K, every P V its tile's V and P, that
-the softmax reads a finished S and the rescale an O no P V is writing, that the turns alternate,
+the softmax reads a finished S and the rescale an O no P V is writing, that the turns go round,
 that no named barrier is left half-arrived at exit, that nothing deadlocks, and that every item is
 done exactly once.
 
@@ -33,6 +36,11 @@ done exactly once.
         scores_wait_count_off_by_one             (wait_group 2: softmax reads S in flight)
         output_wait_count_off_by_one             (wait_group 1: O rescaled under P V)
         stage_released_before_its_output_wait    (V overwritten under P V)
+        stage_released_by_two_consumers          (mutants.toml: empty's count two warpgroups;
+                                                  with three consumers V or K overwritten)
+        idle_consumer_skips_the_last_turn        (a consumer with no rows past T: a hang)
+        idle_consumer_releases_before_landing    (its release counts into the stage's
+                                                  previous pass without the turns)
 Delete it once the fast reference has passed its checker and planted bugs on a Hopper GPU.
 """
 import random
@@ -65,7 +73,7 @@ class Barrier:
 
 
 class NamedBarrier:
-    """bar.sync / bar.arrive with a count of both consumer warpgroups."""
+    """bar.sync / bar.arrive with a count of two consumer warpgroups (one waits, one arrives)."""
 
     def __init__(self):
         self.count, self.phase = 0, 0
@@ -90,17 +98,20 @@ class Warpgroup:
         self.queue, self.regs = [], {"s": None, "p": None}
 
 
-def launch(grid, tiles, stages, rng, mutant):
-    """One launch of `grid` blocks over the items (their key-tile counts) under one random
-    interleaving of every agent; returns the items done, in the order they were finished."""
+def launch(grid, tiles, active, stages, consumers, turns_on, rng, mutant):
+    """One launch of `grid` blocks of `consumers` consumer warpgroups over the items (their
+    key-tile counts, and how many consumers have rows before T: the others compute nothing) under
+    one random interleaving of every agent, with or without the turns (kPingPong); returns the
+    items done, in the order they were finished."""
     items, counter, done, agents, in_flight, groups = len(tiles), [0], [], [], [], []
 
     def make_block(b):
-        q_full, q_empty = Barrier(1), Barrier(2)
+        q_full, q_empty = Barrier(1), Barrier(consumers)
         full = [Barrier(1) for _ in range(stages)]
-        empty = [Barrier(2) for _ in range(stages)]
+        empty = [Barrier(2 if mutant == "stage_released_by_two_consumers" else consumers)
+                 for _ in range(stages)]
         q_tile, ring, round_item = [None], [None] * stages, [None]
-        turns, order = [NamedBarrier(), NamedBarrier()], []
+        turns, order = [NamedBarrier() for _ in range(consumers)], []
 
         def producer():
             issued, item, r = 0, b, 0
@@ -140,13 +151,15 @@ def launch(grid, tiles, stages, rng, mutant):
                     yield WAIT
 
             def take_turn():
-                yield from turns[c].sync()
-                order.append(c)
+                if turns_on:
+                    yield from turns[c].sync()
+                    order.append(c)
 
             def hand_over():
-                turns[c if mutant == "turn_handed_to_itself" else 1 - c].arrive()
+                if turns_on:
+                    turns[c if mutant == "turn_handed_to_itself" else (c + 1) % consumers].arrive()
 
-            if c == 1 and mutant != "first_turn_never_handed_over":
+            if c == consumers - 1 and mutant != "first_turn_never_handed_over":
                 hand_over()
             used, r = 0, 0
             while True:
@@ -157,6 +170,23 @@ def launch(grid, tiles, stages, rng, mutant):
                     break
                 previous = None
                 n = tiles[item]
+                if c >= active[item]:  # no row before T: turns and releases only
+                    for tile in range(n):
+                        stage = used % stages
+                        while (mutant != "idle_consumer_releases_before_landing" and
+                               not full[stage].passed(used // stages % 2)):
+                            yield WAIT
+                        yield from take_turn()
+                        hand_over()
+                        empty[stage].arrive()
+                        used += 1
+                        yield
+                    q_empty.arrive()
+                    if mutant != "idle_consumer_skips_the_last_turn":
+                        yield from take_turn()
+                        hand_over()
+                    r += 1
+                    continue
                 for tile in range(n):
                     stage = used % stages
                     while not full[stage].passed(used // stages % 2):
@@ -202,11 +232,13 @@ def launch(grid, tiles, stages, rng, mutant):
                 yield from take_turn()
 
         def finish():
-            # The turns alternate (consumer 0 first) and both named barriers end empty.
-            assert order == [i % 2 for i in range(len(order))], "the turns did not alternate"
+            # The turns go round (consumer 0 first) and every named barrier ends empty.
+            if turns_on:
+                assert order == [i % consumers for i in range(len(order))], \
+                    "the turns did not go round"
             assert all(t.count == 0 for t in turns), "a named barrier left half-arrived at exit"
 
-        return [producer(), consumer(0), consumer(1)], finish
+        return [producer()] + [consumer(c) for c in range(consumers)], finish
 
     finishes = []
     for b in range(grid):
@@ -246,20 +278,30 @@ def launch(grid, tiles, stages, rng, mutant):
 def main():
     mutant = sys.argv[1] if len(sys.argv) > 1 else None
     runs = 0
-    # (query tiles, heads, causal, SMs, stages): the trainer's shape last, small grids for long
-    # blocks; 2 stages (the fewest the ring allows) and the kernel's 3 and 4.
-    for q_tiles, heads, causal, sms, stages in [(8, 12, True, 13, 3), (8, 12, True, 7, 4),
-                                                (3, 5, False, 4, 2), (1, 9, True, 9, 3),
-                                                (4, 3, True, 20, 2), (8, 192, True, 132, 4)]:
+    # (query tiles, heads, causal, SMs, stages, consumers, consumers with rows before T in the last
+    # query tile, turns): the trainer's shape last, small grids for long blocks; 2 stages (the
+    # fewest the ring allows) and the kernel's 3 and 4 (5 a sweep's); three consumers as at D 64
+    # not causal (and causal, a sweep's); the last query tile partly past T (T 4096 in tiles of
+    # 192 rows: one consumer's rows), and kPingPong = false.
+    for q_tiles, heads, causal, sms, stages, consumers, last_active, turns_on in [
+            (8, 12, True, 13, 3, 2, 2, True), (8, 12, True, 7, 4, 2, 1, True),
+            (3, 5, False, 4, 2, 2, 1, True), (1, 9, True, 9, 3, 2, 1, True),
+            (4, 3, True, 20, 2, 2, 2, True), (6, 8, False, 5, 4, 3, 1, True),
+            (3, 5, False, 4, 2, 3, 2, True), (6, 4, True, 7, 5, 3, 1, True),
+            (4, 5, False, 3, 4, 3, 1, False), (8, 192, True, 132, 4, 2, 2, True)]:
         # Item i: query tile q_tiles - 1 - i // heads when causal (heaviest first), its key tiles.
-        tiles = [(q_tiles - i // heads if causal else q_tiles) for i in range(q_tiles * heads)]
+        q_tile = [(q_tiles - 1 - i // heads if causal else i // heads)
+                  for i in range(q_tiles * heads)]
+        tiles = [(q + 1 if causal else q_tiles) for q in q_tile]
+        active = [(last_active if q == q_tiles - 1 else consumers) for q in q_tile]
         grid = min(sms, len(tiles))
         for seed in range(20 if len(tiles) < 500 else 1):
-            done = launch(grid, tiles, stages, random.Random(seed), mutant)
+            done = launch(grid, tiles, active, stages, consumers, turns_on, random.Random(seed),
+                          mutant)
             assert sorted(done) == list(range(len(tiles))), "an item missed or done twice"
             runs += 1
     print(f"ok: {runs} random interleavings, every product read its own operands, the turns "
-          "alternated, no deadlock")
+          "went round, no deadlock")
 
 
 if __name__ == "__main__":

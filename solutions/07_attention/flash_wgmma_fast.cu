@@ -26,9 +26,11 @@
 // wgmma's register-A form, P's bf16 pairs packed from S's accumulators into the A fragments, no
 // shared tile, proxy fence or barrier. Each consumer issues tile j's S = Q K^T and tile j - 1's
 // O += P V together, waits for S alone (wgmma.wait_group 1) and runs tile j's softmax while P V
-// runs, then waits for it before rescaling O and packing the new P. The two consumers take turns
-// at issuing (two named barriers, each one's turn handed over by the other's bar.arrive), so one's
-// products run under the other's softmax. O is rescaled only when a row maximum of the warp grew,
+// runs, then waits for it before rescaling O and packing the new P. The consumers take turns at
+// issuing, in a ring (a named barrier each, its turn handed over by the previous one's bar.arrive),
+// so one's products run under the others' softmax; at D 64 not causal there are three of them
+// (kConsumersD64: a 192-row query tile), as in FlashAttention-3, because there a tile's products
+// are short beside its softmax. O is rescaled only when a row maximum of the warp grew,
 // the exponentials are ex2.approx.ftz (exp2f without its handling of results below 2^-126), the
 // wgmma descriptors are made once and advanced, and the ring has more stages (kStagesD64,
 // kStagesD128) in the shared memory P no longer needs: a stage is now released a softmax later.
@@ -68,14 +70,9 @@ namespace readable {
 
 namespace {
 
-using readable::kBlockM;
 using readable::kBlockN;
 using readable::kChunkCols;
-using readable::kConsumerRegisters;
-using readable::kConsumers;
-using readable::kProducerRegisters;
 using readable::kScores;
-using readable::kThreads;
 using readable::kWarpgroupThreads;
 using readable::kWgmmaK;
 using readable::kWgmmaM;
@@ -89,23 +86,52 @@ constexpr long long kSectionBytes = 16LL << 20;
 // is released, a softmax before the consumers need it.
 constexpr int kStagesD64 = 4;
 constexpr int kStagesD128 = 3;
+// Consumer warpgroups at D 64 (not causal, causal), 64 query rows each: a block's query tile is 64
+// rows per consumer. At D 64 a tile's products take half as long as at D 128 and its softmax as
+// long (one exponential per score), so one consumer's softmax outlasts what the other's products
+// cover. A third consumer (FlashAttention-3's choice at D 64)
+// puts two consumers' products under each softmax, gives each SM sub-partition three warps to
+// switch between, and reads each K/V tile for 192 queries instead of 128. Causal keeps two: a
+// taller query tile has more of its diagonal tiles masked (products computed over counted: 12.5%
+// more at T 4096 with 192 rows, 3% with 128; 50% against 12.5% at the GPT trainer's T 1024). D 128
+// has two: its products are twice as long, and S's 64 and O's 64 accumulators with P's 32 registers
+// would not fit the 160 registers a thread of three consumers may have.
+constexpr int kConsumersD64 = 3;
+constexpr int kConsumersD64Causal = 2;
 // The named barriers of the consumers' turns: consumer c waits at kTurnBarrier + c.
 constexpr int kTurnBarrier = 1;
-static_assert(kTurnBarrier >= 1 && kTurnBarrier + kConsumers - 1 <= 15,
+static_assert(kTurnBarrier >= 1 &&
+                  kTurnBarrier + std::max(kConsumersD64, kConsumersD64Causal) - 1 <= 15,
               "named barriers are 1 to 15 (0 is __syncthreads')");
 
-// Shared memory of one block, in bytes from a 1024-byte boundary: the readable kernel's layout
-// (the Q tile, then the K and V tiles of each stage) with kStages stages and no P tiles after
-// them, P staying in registers.
-template <int kD>
-struct Smem : readable::Smem<kD> {
+// A block of kConsumers consumer warpgroups: its query tile, threads (the producer warpgroup
+// first), register split (setmaxnreg; the readable kernel's 24 and 240 with two consumers, 24 and
+// 160 with three: 128 x (24 + 3 x 160) registers of the SM's 65,536) and shared memory, in bytes
+// from a 1024-byte boundary: the readable kernel's layout (the Q tile, then the K and V tiles of
+// each stage; its chunks and K/V tile bytes) with kBlockM query rows, kStages stages and no P tiles
+// after them, P staying in registers.
+template <int kD, int kConsumers>
+struct Shape : readable::Smem<kD> {
+    static constexpr int kBlockM = kConsumers * kWgmmaM;  // query rows per block
+    static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+    static constexpr int kProducerRegisters = readable::kProducerRegisters;
+    static constexpr int kConsumerRegisters = kConsumers == 2 ? readable::kConsumerRegisters : 160;
     static constexpr int kStages = kD == 64 ? kStagesD64 : kStagesD128;
+    static constexpr int kQBytes = kBlockM * kD * 2;
+    static constexpr int kK = kQBytes;  // Q at 0; stage s at kK + s * 2 * kKVBytes
     static constexpr int kBytes =
-        readable::Smem<kD>::kK + kStages * 2 * readable::Smem<kD>::kKVBytes + 1024;
+        kK + kStages * 2 * readable::Smem<kD>::kKVBytes + 1024;  // + room to align to 1 KB
+
+    static_assert(kConsumers == 2 || (kConsumers == 3 && kD == 64),
+                  "two consumers, or three at D 64 (registers)");
+    static_assert(kQBytes % 1024 == 0, "the K/V tiles start on 1024 bytes (the swizzle)");
+    static_assert(kBlockM <= 256, "a TMA box side is at most 256 elements");
+    static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <=
+                      65536,
+                  "the register file holds the split");
+    // An H100 block has 227 KB of shared memory, of which the kernel's static barriers take 1 KB.
+    static_assert(kBytes <= 226 * 1024, "the ring's stages fit beside Q");
 };
-// An H100 block has 227 KB of shared memory, of which the kernel's static barriers take 1 KB.
-static_assert(Smem<64>::kBytes <= 226 * 1024 && Smem<128>::kBytes <= 226 * 1024,
-              "the ring's stages fit beside Q");
 static_assert(kWgmmaK == 16 && kBlockN % 16 == 0, "P's A fragments: one per k16 step of keys");
 
 // Items taken after the blocks' first ones, one counter per device (launches on one stream: the
@@ -117,6 +143,17 @@ __device__ int items_taken;
 // The consumers take turns at issuing their products (ping-pong); false leaves the order to the
 // warp schedulers, as the readable kernel does.
 constexpr bool kPingPong = true;
+// A consumer whose 64 rows of an item all lie past T computes nothing: at T 4096 the last query
+// tile of 192 rows has one consumer's rows (3% of the products at D 64 not causal). False computes
+// them as the readable kernel does (on the zeros TMA fills in past T, the rows never stored).
+constexpr bool kSkipRowsPastT = true;
+// The consumer's number made warp-uniform for ptxas (below); false: as threadIdx.x gives it.
+constexpr bool kUniformConsumer = true;
+// The wait for P V in both arms of the rescale's branch, which ptxas keeps after the softmax's
+// exponentials (a block boundary it does not move the wait across). Before the branch, ptxas
+// hoists it, as far as above every exponential (0 of the 66 MUFU.EX2 before it in this file's
+// build; 33 in the tenth session's), and the softmax no longer runs under P V.
+constexpr bool kWaitInRescaleBranch = true;
 
 // A wgmma descriptor `bytes` further into shared memory: its address field (bits 0-13, the
 // address / 16) takes the sum in place, shared memory being under 256 KB (no carry out). The
@@ -132,7 +169,7 @@ __device__ inline std::uint64_t advance(std::uint64_t descriptor, int bytes) {
 // The readable issue_scores with the descriptors made once: S = Q K^T for a consumer's 64 rows
 // (q: its rows of the Q tile) and the tile's kBlockN keys (k: the stage's K tile), both K-major,
 // the k16 steps 32 bytes apart in a 128-byte row, the next 64 d a chunk further.
-template <int kD>
+template <int kD, int kBlockM>
 __device__ void issue_scores(float (&s)[kScores], std::uint64_t q, std::uint64_t k) {
     hopper::fence_accumulators(s);
     hopper::wgmma_fence();
@@ -235,6 +272,7 @@ __device__ void issue_output(float (&o)[kD / 2], PFragments& p, std::uint64_t v)
 struct Work {
     int head, q0, key_tiles;
 };
+template <int kBlockM>
 __device__ Work work(int item, int heads_total, int section_heads, int T, bool causal) {
     const int q_tiles = course::ceil_div(T, kBlockM);
     const int section = item / (section_heads * q_tiles);  // every section before it is whole
@@ -251,8 +289,8 @@ __device__ Work work(int item, int heads_total, int section_heads, int T, bool c
 
 #endif
 
-template <int kD>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kD, int kConsumers>
+__global__ void __launch_bounds__(Shape<kD, kConsumers>::kThreads, 1)
     flash_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
                        const __grid_constant__ CUtensorMap k_map,
                        const __grid_constant__ CUtensorMap v_map, __nv_bfloat16* __restrict__ O,
@@ -260,8 +298,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                        int heads_per_row, long long o_row_stride, int section_heads, int T,
                        float scale, bool causal) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = Smem<kD>;
-    constexpr int kStages = S::kStages;
+    using S = Shape<kD, kConsumers>;
+    constexpr int kStages = S::kStages, kBlockM = S::kBlockM;
     extern __shared__ __align__(1024) unsigned char shared_raw[];
     __shared__ std::uint64_t q_full;          // phase r done: round r's item and Q tile are in
     __shared__ std::uint64_t q_empty;         // phase r done: round r's last S has read Q
@@ -295,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // copy. Head w.head is sequence w.head / heads_per_row of the tensor maps, columns from
         // (w.head % heads_per_row) kD; a box that runs past T is zeros (keys past T are masked,
         // queries past T not stored).
-        hopper::set_registers_decrease<kProducerRegisters>();
+        hopper::set_registers_decrease<S::kProducerRegisters>();
         if (threadIdx.x == 0) {
             int issued = 0;  // K/V tiles issued over all items: tile n goes to stage n % kStages
             int item = blockIdx.x;  // the first item is the block's own, the next ones taken
@@ -309,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     hopper::mbarrier_arrive(&q_full);
                     break;
                 }
-                const Work w = work(item, heads_total, section_heads, T, causal);
+                const Work w = work<kBlockM>(item, heads_total, section_heads, T, causal);
                 const int sequence = w.head / heads_per_row;
                 const int col = w.head % heads_per_row * kD;
                 hopper::mbarrier_arrive_expect_tx(&q_full, S::kQBytes);
@@ -341,12 +379,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
 
-    hopper::set_registers_increase<kConsumerRegisters>();
+    hopper::set_registers_increase<S::kConsumerRegisters>();
     // Consumer c owns query rows q0 + 64 c .. q0 + 64 c + 63 of each item. In wgmma's
     // accumulator layout (course::wgmma_d_element) warp w of the warpgroup holds rows 16 w ..
     // 16 w + 15 as an mma.sync fragment: accumulator 4 n + i is row g (i = 0, 1) or g + 8
     // (i = 2, 3), columns 8 n + 2 t + i % 2, the 4 lanes of a group sharing a row.
-    const int consumer = warpgroup - 1;
+    // The consumer's number is the same in every lane of a warp, but ptxas cannot tell from
+    // threadIdx.x; read from lane 0 (as CUTLASS's canonical_warp_group_idx does), it is visibly
+    // so, and ptxas keeps what follows from it (the stage, the descriptors) in uniform registers
+    // instead of moving them there for each wgmma (SASS: 669 instructions in the loop against 711
+    // at D 64, 719 against 779 at D 128).
+    const int consumer =
+        kUniformConsumer ? __shfl_sync(0xffffffffu, warpgroup - 1, 0) : warpgroup - 1;
     const int thread = threadIdx.x % kWarpgroupThreads;
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
     // The descriptors of this consumer's Q rows, and of stage 0's K and V tiles (a stage s
@@ -361,23 +405,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto v_descriptor = [&](int stage) { return advance(v_stage0, stage * 2 * S::kKVBytes); };
     constexpr float kLog2e = 1.4426950408889634f;
     const float scale_log2 = scale * kLog2e;  // exp(scale * x) = exp2(scale_log2 * x)
-    // The turns: this consumer issues its products after the other's bar.arrive at its barrier,
-    // then hands the turn over at the other's. Consumer 1 hands consumer 0 the first turn.
-    const int my_turn = kTurnBarrier + consumer, other_turn = kTurnBarrier + 1 - consumer;
+    // The turns, in a ring: this consumer issues its products after the previous one's bar.arrive
+    // at its barrier, then hands the turn over at the next one's (a barrier of two warpgroups, the
+    // one that waits and the one that arrives). The last consumer hands consumer 0 the first turn.
+    const int my_turn = kTurnBarrier + consumer;
+    const int next_turn = kTurnBarrier + (consumer + 1) % kConsumers;
     const auto take_turn = [&] {
-        if (kPingPong) hopper::named_barrier_sync(my_turn, kConsumers * kWarpgroupThreads);
+        if (kPingPong) hopper::named_barrier_sync(my_turn, 2 * kWarpgroupThreads);
     };
     const auto hand_over_turn = [&] {
-        if (kPingPong) hopper::named_barrier_arrive(other_turn, kConsumers * kWarpgroupThreads);
+        if (kPingPong) hopper::named_barrier_arrive(next_turn, 2 * kWarpgroupThreads);
     };
-    if (consumer == 1) hand_over_turn();
+    if (consumer == kConsumers - 1) hand_over_turn();
 
     int used = 0;  // K/V tiles used over all items, counted as the producer counts them
     for (int round = 0;; ++round) {
         hopper::mbarrier_wait(&q_full, round % 2);  // the round's item, and its Q tile
         const int item = round_item;
         if (item >= items) break;
-        const Work w = work(item, heads_total, section_heads, T, causal);
+        const Work w = work<kBlockM>(item, heads_total, section_heads, T, causal);
+        if (kSkipRowsPastT && w.q0 + consumer * kWgmmaM >= T) {
+            // No row of this consumer's: it takes its turns and releases what the others wait
+            // for (each stage once it has landed: a release cannot count into the stage's
+            // previous pass), so that their barriers count it as ever.
+            for (int tile = 0; tile < w.key_tiles; ++tile, ++used) {
+                const int stage = used % kStages;
+                hopper::mbarrier_wait(&full[stage], used / kStages % 2);
+                take_turn();
+                hand_over_turn();
+                hopper::mbarrier_arrive(&empty[stage]);
+            }
+            hopper::mbarrier_arrive(&q_empty);  // (it reads no Q)
+            take_turn();                        // the item's last P V's turn
+            hand_over_turn();
+            continue;
+        }
         const int row0 = w.q0 + consumer * kWgmmaM + warp * 16;  // this warp's first query row
         float o[kD / 2] = {};                                    // O's accumulators: 64 rows x kD
         float row_max[2] = {-INFINITY, -INFINITY};  // raw-score maxima of rows g and g + 8
@@ -392,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             hopper::mbarrier_wait(&full[stage], used / kStages % 2);  // K and V have landed
             float s[kScores];
             take_turn();
-            issue_scores<kD>(s, q_rows, k_descriptor(stage));
+            issue_scores<kD, kBlockM>(s, q_rows, k_descriptor(stage));
             if (tile > 0) {
                 issue_output<kD>(o, p, v_descriptor(previous_stage));
                 hand_over_turn();
@@ -446,18 +508,24 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
 
             // The previous tile's P V is done: its stage and P's registers are free, O is ours.
-            // (The wait is unconditional, a no-op on the first tile: ptxas cannot tell that two
+            // (The wait is on every path, a no-op on the first tile: ptxas cannot tell that two
             // `tile > 0` branches go the same way, and one path past an issued P V without its wait
             // would make it serialize every wgmma of the kernel.)
-            hopper::wgmma_wait<0>();
-            hopper::fence_accumulators(o);
-            fence_fragments(p);
-            if (tile > 0) hopper::mbarrier_arrive(&empty[previous_stage]);
+            const auto wait_for_output = [&] {
+                hopper::wgmma_wait<0>();
+                hopper::fence_accumulators(o);
+                fence_fragments(p);
+                if (tile > 0) hopper::mbarrier_arrive(&empty[previous_stage]);
+            };
+            if (!kWaitInRescaleBranch) wait_for_output();
             // O is rescaled where some row of the warp has a larger maximum (its correction below
             // 1: on the first tile O is 0 whatever it is multiplied by).
             if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
+                if (kWaitInRescaleBranch) wait_for_output();
 #pragma unroll
                 for (int r = 0; r < kD / 2; ++r) o[r] *= correction[r % 4 / 2];
+            } else if (kWaitInRescaleBranch) {
+                wait_for_output();
             }
             // This tile's P, in bf16, as the next P V's A fragments.
 #pragma unroll
@@ -499,8 +567,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 L[static_cast<long long>(w.head) * T + row] = scale * row_max[h] + logf(row_sum[h]);
         }
     }
-    // Consumer 1 handed consumer 0 one turn more than consumer 0 takes in the items (the first):
-    // taken here, so that no barrier is left half-arrived when the block exits.
+    // The last consumer handed consumer 0 one turn more than consumer 0 takes in the items (the
+    // first): taken here, so that no barrier is left half-arrived when the block exits.
     if (consumer == 0) take_turn();
 #endif
 }
@@ -514,9 +582,10 @@ struct Layout {
     long long row_stride, o_row_stride;
 };
 
-template <int kD>
+template <int kD, int kConsumers>
 void launch(const Layout& at, float* L, int T, float scale, bool causal) {
-    const auto kernel = flash_wgmma_kernel<kD>;
+    using S = Shape<kD, kConsumers>;
+    const auto kernel = flash_wgmma_kernel<kD, kConsumers>;
     // sm_90a code runs on compute capability 9.0 only, and only a build for it has the body.
     int device = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&device));
@@ -525,8 +594,8 @@ void launch(const Layout& at, float* L, int T, float scale, bool causal) {
         throw std::runtime_error("flash_wgmma: needs a Hopper GPU and device code for sm_90a");
     // Above 48 KB a block's shared memory must be asked for (once per process is enough).
     static const std::size_t available = course::opt_in_shared_bytes(kernel);
-    if (available < static_cast<std::size_t>(Smem<kD>::kBytes))
-        throw std::runtime_error("flash_wgmma: needs " + std::to_string(Smem<kD>::kBytes) +
+    if (available < static_cast<std::size_t>(S::kBytes))
+        throw std::runtime_error("flash_wgmma: needs " + std::to_string(S::kBytes) +
                                  " bytes of shared memory per block; " + std::to_string(available) +
                                  " here");
     const int heads_total = at.sequences * at.heads_per_row;
@@ -535,12 +604,12 @@ void launch(const Layout& at, float* L, int T, float scale, bool causal) {
         return hopper::tensor_map_3d(tensor, cols, T, at.sequences, at.row_stride, box_rows,
                                      kChunkCols);
     };
-    const CUtensorMap q_map = map(at.Q, kBlockM);
+    const CUtensorMap q_map = map(at.Q, S::kBlockM);
     const CUtensorMap k_map = map(at.K, kBlockN);
     const CUtensorMap v_map = map(at.V, kBlockN);
     // One block per SM (the shared memory and registers hold one), or one per item if fewer.
     const int sms = course::multiprocessor_count();
-    const int items = course::ceil_div(T, kBlockM) * heads_total;
+    const int items = course::ceil_div(T, S::kBlockM) * heads_total;
     // Heads per section: their K and V (2 T kD bf16 each) within kSectionBytes.
     const long long head_bytes = 2LL * T * kD * 2;
     const int section_heads =
@@ -549,17 +618,19 @@ void launch(const Layout& at, float* L, int T, float scale, bool causal) {
     int* next_item = nullptr;
     CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&next_item), items_taken));
     CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int)));
-    kernel<<<std::min(items, sms), kThreads, Smem<kD>::kBytes>>>(
+    kernel<<<std::min(items, sms), S::kThreads, S::kBytes>>>(
         q_map, k_map, v_map, at.O, L, next_item, heads_total, at.heads_per_row, at.o_row_stride,
         section_heads, T, scale, causal);
     CUDA_CHECK_LAUNCH();
 }
 
 void run(const Layout& at, float* L, int T, int D, float scale, bool causal) {
-    if (D == 64)
-        launch<64>(at, L, T, scale, causal);
+    if (D == 128)
+        launch<128, 2>(at, L, T, scale, causal);
+    else if (causal)
+        launch<64, kConsumersD64Causal>(at, L, T, scale, causal);
     else
-        launch<128>(at, L, T, scale, causal);
+        launch<64, kConsumersD64>(at, L, T, scale, causal);
 }
 
 }  // namespace

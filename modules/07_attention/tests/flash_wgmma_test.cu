@@ -1,7 +1,8 @@
 // Checker of 07_attention/flash_wgmma: flash_tc's cases and checks (attention_checks.h) on
 // Hopper's path. bf16 inputs (random, rounded to bf16; the references see the same values), T
 // around the tile sizes (1, 17, 63, 64, 65, 1000, 4096: a single key, partial K/V tiles, a T that
-// is not a multiple of 128 so that the last tile's TMA box runs into the next head's rows), D 64
+// is not a multiple of 128 so that the last tile's TMA box runs into the next head's rows; and at
+// D 64, 191, 192, 193, 320, 383 around the fast reference's 192-row query tiles), D 64
 // and 128, causal and not, B and H not 1, against the double CPU reference (the float32 GPU
 // reference of common/ at T = 4096); scores in the hundreds (exp overflows without the row
 // maximum); each case run twice (the same bits both times: a stage read before its copies landed,
@@ -48,6 +49,16 @@ const Baselines<std::uint16_t> kBaselines{
 TEST_F(FlashWgmma, EdgeShapes) {
     auto rng = test_rng();
     edge_shapes<std::uint16_t>(kFlashWgmma, rng);
+}
+
+// T around a query tile of 192 rows (the fast reference's at D 64, not causal: three consumer
+// warpgroups of 64 rows), each consumer's rows ending inside the last tile or past it; the
+// readable kernel's 128-row tiles see the same T.
+TEST_F(FlashWgmma, QueryTileEdges) {
+    auto rng = test_rng();
+    for (std::size_t T : {191, 192, 193, 320, 383})
+        for (bool causal : {false, true})
+            check_forward<std::uint16_t>(kFlashWgmma, Case{{2, 2, T, 64}, causal}, rng);
 }
 
 TEST_F(FlashWgmma, LongSequence) {
