@@ -59,7 +59,11 @@
 // Besides the contract, this file defines flash_wgmma_backward_packed (flash_wgmma_packed.h), the
 // GPT trainer's call: q, k, v read where its qkv projection wrote them (rows of 3C), O and dO
 // token-major (rows of C), through 3D tensor maps (column, row, sequence) as flash_wgmma_packed
-// reads them; dQ, dK, dV are the contract's. The contract's heads are sequences of one head each.
+// reads them; and the gradient written where the trainer's projection backward reads it, its
+// dqkv in bf16 (rows of 3C, dq, dk, dv where q, k, v are): dK and dV from the epilogue, dQ's float
+// sums (added up in scratch, as the contract's dQ is) converted by a last small kernel, as
+// FlashAttention-3's backward ends. No head is copied out or back around it. The contract's heads
+// are sequences of one head each, its gradients float.
 //
 // Run:  grader run 07/flash_wgmma_backward --solutions    (the "(fast)" row; a Hopper GPU)
 // Contract: flash_wgmma_backward.h   Instructions: hopper_attention.h
@@ -221,16 +225,13 @@ __device__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" :
 #endif
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads, 1)
-    flash_wgmma_backward_kernel(const __grid_constant__ CUtensorMap q_map,
-                                const __grid_constant__ CUtensorMap k_map,
-                                const __grid_constant__ CUtensorMap v_map,
-                                const __grid_constant__ CUtensorMap do_map,
-                                const __grid_constant__ CUtensorMap dq_map,
-                                const float* __restrict__ L, const float* __restrict__ delta,
-                                float* __restrict__ dK, float* __restrict__ dV,
-                                int* __restrict__ next_item, int heads_total, int heads_per_row,
-                                int section_heads, int T, float scale, bool causal) {
+__global__ void __launch_bounds__(kThreads, 1) flash_wgmma_backward_kernel(
+    const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
+    const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ L,
+    const float* __restrict__ delta, void* __restrict__ dK, void* __restrict__ dV,
+    long long gradient_row_stride, bool bf16_gradients, int* __restrict__ next_item,
+    int heads_total, int heads_per_row, int section_heads, int T, float scale, bool causal) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = Smem<kD>;
     constexpr int kStages = S::kStages;
@@ -546,18 +547,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         // are free for the producer's next item but one (or next, with one buffer).
         hopper::mbarrier_arrive(&kv_empty[kv]);
 
-        // dK and dV of this consumer's keys below T (dQ goes out tile by tile, above).
+        // dK and dV of this consumer's keys below T (dQ goes out tile by tile, above), at the
+        // key's row of its sequence and its head's columns: the contract's float rows of kD (a
+        // head a sequence), or the trainer's dqkv in bf16 (rows of 3C).
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int key = key0 + warp * 16 + g + 8 * h;
             if (key >= T) continue;
-            const long long at = (static_cast<long long>(head) * T + key) * kD;
+            const long long at =
+                (static_cast<long long>(head / heads_per_row) * T + key) * gradient_row_stride +
+                head % heads_per_row * kD;
 #pragma unroll
             for (int n = 0; n < kD / 8; ++n) {
-                *reinterpret_cast<float2*>(dK + at + 8 * n + 2 * t) =
+                const float2 k_pair =
                     make_float2(scale * dk[4 * n + 2 * h], scale * dk[4 * n + 2 * h + 1]);
-                *reinterpret_cast<float2*>(dV + at + 8 * n + 2 * t) =
-                    make_float2(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+                const float2 v_pair = make_float2(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+                const long long element = at + 8 * n + 2 * t;
+                if (bf16_gradients) {
+                    reinterpret_cast<__nv_bfloat162*>(dK)[element / 2] =
+                        __float22bfloat162_rn(k_pair);
+                    reinterpret_cast<__nv_bfloat162*>(dV)[element / 2] =
+                        __float22bfloat162_rn(v_pair);
+                } else {
+                    reinterpret_cast<float2*>(dK)[element / 2] = k_pair;
+                    reinterpret_cast<float2*>(dV)[element / 2] = v_pair;
+                }
             }
         }
     }
@@ -607,6 +621,28 @@ __global__ void row_dot_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, 
     if (threadIdx.x % 32 == 0) delta[row] = sum;
 }
 
+// dQ's float sums ([heads][T][D]) in bf16 where the gradient's layout has them: row t of head h at
+// (h / heads_per_row T + t) row_stride + (h % heads_per_row) D. 8 elements a thread (D is 64 or
+// 128: whole packs of 16 bytes, on 16-byte boundaries where the rows and the pointer are).
+__global__ void dq_to_bf16_kernel(const float* __restrict__ sums, __nv_bfloat16* __restrict__ dq,
+                                  long long rows, int T, int heads_per_row, long long row_stride,
+                                  int D) {
+    const long long pack = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int packs_per_row = D / 8;
+    if (pack >= rows * packs_per_row) return;
+    const long long row = pack / packs_per_row, head = row / T;
+    const int d = static_cast<int>(pack % packs_per_row) * 8;
+    const float4 low = *reinterpret_cast<const float4*>(sums + row * D + d);
+    const float4 high = *reinterpret_cast<const float4*>(sums + row * D + d + 4);
+    const __nv_bfloat162 packed[4] = {__float22bfloat162_rn(make_float2(low.x, low.y)),
+                                      __float22bfloat162_rn(make_float2(low.z, low.w)),
+                                      __float22bfloat162_rn(make_float2(high.x, high.y)),
+                                      __float22bfloat162_rn(make_float2(high.z, high.w))};
+    const long long at =
+        (head / heads_per_row * T + row % T) * row_stride + head % heads_per_row * D + d;
+    *reinterpret_cast<uint4*>(dq + at) = *reinterpret_cast<const uint4*>(packed);
+}
+
 // Where q, k, v, O and dO lie: `sequences` sequences of T rows, each row heads_per_row heads of D
 // side by side; q's, k's and v's rows qkv_row_stride elements apart, O's and dO's o_row_stride.
 struct Layout {
@@ -615,8 +651,19 @@ struct Layout {
     long long qkv_row_stride, o_row_stride;
 };
 
+// Where the gradients go. dQ's sums always to dq_sums ([heads][T][D] floats, which the kernel
+// adds into). Without dq (the contract): dK and dV in float, [heads][T][D] (row_stride D), and
+// dq_sums is dQ. With dq (the trainer's dqkv): dK, dV and then dQ in bf16, in the Layout's
+// sequences, rows row_stride apart.
+struct Gradients {
+    float* dq_sums;
+    __nv_bfloat16* dq;
+    void *dK, *dV;
+    long long row_stride;
+};
+
 template <int kD>
-void launch(const Layout& at, const float* L, float* dQ, float* dK, float* dV, int T, float scale,
+void launch(const Layout& at, const float* L, const Gradients& out, int T, float scale,
             bool causal) {
     const auto kernel = flash_wgmma_backward_kernel<kD>;
     int device = 0, major = 0;
@@ -641,14 +688,15 @@ void launch(const Layout& at, const float* L, float* dQ, float* dK, float* dV, i
     const CUtensorMap do_map = map(at.dO, at.o_row_stride, kBlockM);
     const CUtensorMap k_map = map(at.K, at.qkv_row_stride, kBlockN);
     const CUtensorMap v_map = map(at.V, at.qkv_row_stride, kBlockN);
-    const CUtensorMap dq_map = dq_tensor_map<kD>(dQ, heads_total, T);
+    const CUtensorMap dq_map = dq_tensor_map<kD>(out.dq_sums, heads_total, T);
 
     float* delta = nullptr;
     CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
     row_dot_kernel<<<course::ceil_div(rows, 8), 256>>>(at.O, at.dO, delta, rows, T,
                                                        at.heads_per_row, at.o_row_stride, kD);
     CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaMemsetAsync(dQ, 0, static_cast<std::size_t>(rows) * kD * sizeof(float)));
+    CUDA_CHECK(
+        cudaMemsetAsync(out.dq_sums, 0, static_cast<std::size_t>(rows) * kD * sizeof(float)));
 
     // One block per SM (the shared memory and registers hold one), or one per item if fewer.
     const int items = course::ceil_div(T, kBlockN) * heads_total;
@@ -662,18 +710,25 @@ void launch(const Layout& at, const float* L, float* dQ, float* dK, float* dV, i
     CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&next_item), items_taken));
     CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int)));
     kernel<<<std::min(items, course::multiprocessor_count()), kThreads, Smem<kD>::kBytes>>>(
-        q_map, k_map, v_map, do_map, dq_map, L, delta, dK, dV, next_item, heads_total,
-        at.heads_per_row, section_heads, T, scale, causal);
+        q_map, k_map, v_map, do_map, dq_map, L, delta, out.dK, out.dV, out.row_stride,
+        out.dq != nullptr, next_item, heads_total, at.heads_per_row, section_heads, T, scale,
+        causal);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaFreeAsync(delta, 0));
+    if (out.dq != nullptr) {
+        const long long packs = static_cast<long long>(rows) * (kD / 8);
+        dq_to_bf16_kernel<<<static_cast<unsigned>(course::ceil_div(packs, 256LL)), 256>>>(
+            out.dq_sums, out.dq, rows, T, at.heads_per_row, out.row_stride, kD);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
-void run(const Layout& at, const float* L, float* dQ, float* dK, float* dV, int T, int D,
-         float scale, bool causal) {
+void run(const Layout& at, const float* L, const Gradients& out, int T, int D, float scale,
+         bool causal) {
     if (D == 64)
-        launch<64>(at, L, dQ, dK, dV, T, scale, causal);
+        launch<64>(at, L, out, T, scale, causal);
     else
-        launch<128>(at, L, dQ, dK, dV, T, scale, causal);
+        launch<128>(at, L, out, T, scale, causal);
 }
 
 }  // namespace
@@ -682,16 +737,19 @@ void flash_wgmma_backward(const __nv_bfloat16* Q, const __nv_bfloat16* K, const 
                           const __nv_bfloat16* O, const __nv_bfloat16* dO, const float* L,
                           float* dQ, float* dK, float* dV, int batch, int heads, int T, int D,
                           float scale, bool causal) {
-    // batch * heads sequences of one head: rows of D.
-    run({Q, K, V, O, dO, batch * heads, 1, D, D}, L, dQ, dK, dV, T, D, scale, causal);
+    // batch * heads sequences of one head: rows of D; the gradients in float, dQ's sums dQ itself.
+    run({Q, K, V, O, dO, batch * heads, 1, D, D}, L, {dQ, nullptr, dK, dV, D}, T, D, scale, causal);
 }
 
 void flash_wgmma_backward_packed(const __nv_bfloat16* qkv, const __nv_bfloat16* O,
-                                 const __nv_bfloat16* dO, const float* L, float* dQ, float* dK,
-                                 float* dV, int batch, int heads, int T, int D, float scale,
-                                 bool causal) {
-    // batch sequences of `heads` heads: q, k, v rows of 3C, O's and dO's of C.
+                                 const __nv_bfloat16* dO, const float* L, float* dq_sums,
+                                 __nv_bfloat16* dqkv, int batch, int heads, int T, int D,
+                                 float scale, bool causal) {
+    // batch sequences of `heads` heads: q, k, v rows of 3C, O's and dO's of C; dq, dk, dv where
+    // q, k, v are, in rows of 3C of dqkv.
+    if (reinterpret_cast<std::uintptr_t>(dqkv) % 16 != 0)
+        throw std::runtime_error("flash_wgmma_backward_packed: dqkv must be 16-byte aligned");
     const long long C = static_cast<long long>(heads) * D;
-    run({qkv, qkv + C, qkv + 2 * C, O, dO, batch, heads, 3 * C, C}, L, dQ, dK, dV, T, D, scale,
-        causal);
+    run({qkv, qkv + C, qkv + 2 * C, O, dO, batch, heads, 3 * C, C}, L,
+        {dq_sums, dqkv, dqkv + C, dqkv + 2 * C, 3 * C}, T, D, scale, causal);
 }

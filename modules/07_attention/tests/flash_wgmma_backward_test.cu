@@ -14,8 +14,9 @@
 // next to cuDNN's fused backward (else cuBLAS's materialized one), in bf16, timed in the same run.
 // Where the file defines the optional flash_wgmma_backward_packed (flash_wgmma_packed.h, the GPT
 // trainer's call: the fast reference does), the edge shapes and large scores again through it, q,
-// k, v packed as the trainer's qkv and O, dO token-major: a head's columns or a sequence's rows
-// read from the wrong place show there.
+// k, v packed as the trainer's qkv and O, dO token-major, the gradient read back from the
+// trainer's dqkv (bf16): a head's columns or a sequence's rows read or written in the wrong place
+// show there.
 // Skips where the Hopper path cannot run, with the reason (attention_checks::HopperTest).
 #include "backward_checks.h"
 #include "course/entry_point.h"
@@ -102,7 +103,9 @@ TEST_F(FlashWgmmaBackward, RateTrainerShape) {
 // ----
 //
 // The case's Q, K, V ([B][H][T][D]) packed into the trainer's qkv ([B][T][3][H][D]) on the host,
-// O and dO into its token-major [B][T][H][D]; dQ, dK, dV come out in the contract's layout.
+// O and dO into its token-major [B][T][H][D]; the gradient comes out as the trainer's dqkv (bf16,
+// laid out as qkv; NaN before the call, so that an element never written shows), put back into
+// the contract's layout in float for the same checks.
 const BackwardRun kPacked = [](const BackwardProblem& p, F32& dQ, F32& dK, F32& dV) {
     const auto& s = p.c.shape;
     const std::size_t B = s.batch, H = s.heads, T = s.T, D = s.D;
@@ -124,10 +127,26 @@ const BackwardRun kPacked = [](const BackwardProblem& p, F32& dQ, F32& dK, F32& 
                             d_o.begin() + (b * T + t) * H * D + h * D);
             }
     const U16 d_qkv("qkv", qkv), d_O("O (token-major)", o), d_dO("dO (token-major)", d_o);
+    constexpr std::uint16_t kBf16NaN = 0x7FC0;
+    U16 d_dqkv("dqkv", std::vector<std::uint16_t>(qkv.size(), kBf16NaN));
+    F32 dq_sums("dQ's sums", tensors[0].size());
     flash_wgmma_backward_packed(course::as_bf16(d_qkv), course::as_bf16(d_O), course::as_bf16(d_dO),
-                                p.d_L.data(), dQ.data(), dK.data(), dV.data(), static_cast<int>(B),
-                                static_cast<int>(H), static_cast<int>(T), static_cast<int>(D),
-                                p.c.scale(), p.c.causal);
+                                p.d_L.data(), dq_sums.data(), course::as_bf16(d_dqkv),
+                                static_cast<int>(B), static_cast<int>(H), static_cast<int>(T),
+                                static_cast<int>(D), p.c.scale(), p.c.causal);
+    const std::vector<std::uint16_t> dqkv = d_dqkv.download();
+    std::vector<float> gradients[3];
+    for (auto& g : gradients) g.resize(tensors[0].size());
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t t = 0; t < T; ++t)
+                for (std::size_t which = 0; which < 3; ++which)
+                    for (std::size_t d = 0; d < D; ++d)
+                        gradients[which][((b * H + h) * T + t) * D + d] =
+                            course::from_bf16(dqkv[((b * T + t) * 3 + which) * H * D + h * D + d]);
+    dQ.upload(gradients[0]);
+    dK.upload(gradients[1]);
+    dV.upload(gradients[2]);
 };
 
 TEST_F(FlashWgmmaBackward, PackedEdgeShapes) {
