@@ -8,8 +8,9 @@
 #
 # Steps: the build (build/trainer, sm_90a, the solution and fast variants); the two fast
 # references in their checkers (the contract's cases after the 3D tensor maps, the packed entry
-# points', the forward at the trainer's shape against cuDNN, the backward's rates); the planted
-# bugs of the packed entry points; trainer_tests' bf16 model and exercise tables;
+# points', the forward at the trainer's shape against cuDNN, the backward's rates, the trainer's
+# shape among them); the planted bugs of the packed entry points; trainer_tests' bf16 model and
+# exercise tables;
 # 20 steps of GPT-2 124M (B 16, T 1024) with --attention cudnn and flash (the `attention:` line
 # and the mean step time of each); --kernels profile of both (attention_forward and
 # attention_backward per 5 steps); torch_check.py agree with --attention flash (every line ok).
@@ -47,7 +48,8 @@ TAIL=6 step checker-readable bash -c "$bin/07_attention.flash_wgmma.solution --g
 TAIL=8 step mutant-forward python3 -m grader check 07/flash_wgmma --mutants \
   --mutant packed_output_in_the_next_heads_columns || status=1
 TAIL=8 step mutant-backward python3 -m grader check 07/flash_wgmma_backward --mutants \
-  --mutant packed_tiles_from_the_next_heads_columns || status=1
+  --mutant packed_tiles_from_the_next_heads_columns --mutant packed_dk_and_dv_swapped \
+  --mutant packed_dq_never_converted || status=1
 TAIL=8 step trainer-tests "$bin/trainer_tests" --gtest_filter='GpuModel.Bf16*:ExerciseTables.*' || status=1
 for a in cudnn flash; do
   TAIL=4 step "steps-$a" bash -c "$bin/train_gpt ${gpt2[*]} --steps 20 --attention $a --out /tmp/s-$a \

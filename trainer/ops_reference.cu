@@ -820,8 +820,9 @@ void scores_attention_backward(Act* dqkv, Act* scratch, Act* datt, const Act* do
 // flash_backward's: one contract each (the Hopper ones are the others' on Hopper's instructions),
 // with the same O and logsumexps between them. The contracts take [B, NH, T, HS] tensors, so q, k,
 // v (and out, dout) are split per head around them as in the T x T way, except on Hopper: the fast
-// references read q, k, v in the packed qkv and out, dout token-major themselves, and the forward
-// writes out token-major (flash_wgmma_packed.h); dq, dk, dv, in float, are merged back as before.
+// references read q, k, v in the packed qkv and out, dout token-major themselves, the forward
+// writes out token-major and the backward dqkv in bf16 (flash_wgmma_packed.h), dq's float sums in
+// the scratch; elsewhere dq, dk, dv, in float, are merged back as before.
 
 __global__ void tensor_core_probe_kernel() {}
 
@@ -864,18 +865,19 @@ void flash_attention_backward(bf16* dqkv, bf16* scratch, const bf16* dout, const
     const long long btc = static_cast<long long>(B) * T * C;
     bf16 *q = scratch, *k = scratch + btc, *v = scratch + 2 * btc, *y = scratch + 3 * btc,
          *dy = scratch + 4 * btc;
-    // dq, dk, dv in float, one after another (merged back as one count-3 tensor)
+    // dq, dk, dv in float, one after another (merged back as one count-3 tensor); on Hopper dq's
+    // float sums alone
     float* dq = reinterpret_cast<float*>(scratch + 5 * btc);
     if (flash_wgmma_runs_here()) {
-        ::flash_wgmma_backward_packed(qkv, out, dout, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
+        ::flash_wgmma_backward_packed(qkv, out, dout, lse, dq, dqkv, B, NH, T, HS,
                                       attention_scale(HS), true);
-    } else {
-        split_heads(q, qkv, 3, B, T, NH, HS);
-        split_heads(y, out, 1, B, T, NH, HS);
-        split_heads(dy, dout, 1, B, T, NH, HS);
-        ::flash_backward(q, k, v, y, dy, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
-                         attention_scale(HS), true);
+        return;
     }
+    split_heads(q, qkv, 3, B, T, NH, HS);
+    split_heads(y, out, 1, B, T, NH, HS);
+    split_heads(dy, dout, 1, B, T, NH, HS);
+    ::flash_backward(q, k, v, y, dy, lse, dq, dq + btc, dq + 2 * btc, B, NH, T, HS,
+                     attention_scale(HS), true);
     merge_heads(dqkv, dq, 3, B, T, NH, HS);
 }
 

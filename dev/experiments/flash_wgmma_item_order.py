@@ -13,6 +13,7 @@ what Q, O and the rest take), every K/V tile read at the time its SM reaches it.
   reference, G = heads whose K and V take 16 MB: 64 at T 1024 D 64, 16 at T 4096 D 64, 8 at D 128).
 
     python3 dev/experiments/flash_wgmma_item_order.py
+(then the same balance for flash_wgmma_backward's items: backward() below.)
 A crude model (tiles read in lockstep, one LRU for all of L2); the timed cases decide.
 """
 import collections
@@ -82,5 +83,26 @@ def main():
                   f"K/V read {kv_read_mb(items, items_of, tile_bytes):5.0f} MB")
 
 
+
+def backward():
+    """flash_wgmma_backward's items: (key block of 128, head), causal key block b seeing the query
+    tiles of 64 from 2b on (T / 64 - 2b of them), the others all T / 64; sections of heads whose
+    Q, dO and dQ (8 T D bytes) take 16 MB, every head's first key block first (the fast
+    reference's kLevelMajor), against the readable grid's head after head. Balance only."""
+    print("flash_wgmma_backward (cost: query tiles of 64 a key block of 128 sees):")
+    for batch_heads, T, D, causal in [(192, 1024, 64, True), (64, 4096, 64, True),
+                                      (64, 4096, 128, True), (64, 4096, 64, False)]:
+        blocks, q_tiles = T // 128, T // 64
+        cost = [q_tiles - 2 * b if causal else q_tiles for b in range(blocks)]
+        section = max(1, min(batch_heads, (16 << 20) // (8 * T * D)))
+        readable = [cost[b] for _ in range(batch_heads) for b in range(blocks)]
+        level_major = [cost[b] for first in range(0, batch_heads, section) for b in range(blocks)
+                       for _ in range(first, min(batch_heads, first + section))]
+        print(f"  B*H {batch_heads}, T {T}, D {D}{', causal' if causal else ''}: busiest SM "
+              f"{greedy(readable)[0]} head after head, {greedy(level_major)[0]} in sections of "
+              f"{section} by level (perfect {sum(readable) / SMS:.1f})")
+
+
 if __name__ == "__main__":
     main()
+    backward()

@@ -244,10 +244,11 @@ inline void backward_no_scores_buffer(const BackwardRun& run, course::Rng& rng) 
     }
 }
 
-// FlashAttention's count: the backward is 2.5 times the forward's 4 B H T^2 D (five products of
-// T x T x D where the forward has two), halved when causal.
-inline void rate_backward(const BackwardRun& run, std::size_t D, bool causal, course::Rng& rng) {
-    const Case c = timed_case(D, causal);
+// The FLOP rate of case c (timed_case's, or another shape shown beside them) next to cuDNN's
+// fused backward (else cuBLAS's materialized one). FlashAttention's count: the backward is 2.5
+// times the forward's 4 B H T^2 D (five products of T x T x D where the forward has two), halved
+// when causal.
+inline void rate_backward(const BackwardRun& run, const Case& c, course::Rng& rng) {
     // cuBLAS's scores (float32) and two 16-bit T x T buffers; the problem's buffers, three
     // gradients, the baseline's three and the harness's two copies of each, cuDNN's 16-bit
     // gradients, and the GPU reference's float copies.

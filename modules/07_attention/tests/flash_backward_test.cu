@@ -55,19 +55,19 @@ TEST_F(FlashBackward, NoScoresBuffer) {
 
 TEST_F(FlashBackward, RateD64) {
     auto rng = test_rng();
-    rate_backward(kFlashBackward, 64, false, rng);
+    rate_backward(kFlashBackward, timed_case(64, false), rng);
 }
 TEST_F(FlashBackward, RateD64Causal) {
     auto rng = test_rng();
-    rate_backward(kFlashBackward, 64, true, rng);
+    rate_backward(kFlashBackward, timed_case(64, true), rng);
 }
 TEST_F(FlashBackward, RateD128) {
     auto rng = test_rng();
-    rate_backward(kFlashBackward, 128, false, rng);
+    rate_backward(kFlashBackward, timed_case(128, false), rng);
 }
 TEST_F(FlashBackward, RateD128Causal) {
     auto rng = test_rng();
-    rate_backward(kFlashBackward, 128, true, rng);
+    rate_backward(kFlashBackward, timed_case(128, true), rng);
 }
 
 }  // namespace
