@@ -4,7 +4,7 @@
 # references in the reference's flash way, reading the packed qkv in place (flash_wgmma_packed.h).
 # One device command on one warm H100, carrying data/shakespeare:
 #
-#   OUT=dir dev/accept_trainer_attention.sh
+#   OUT=dir dev/accept_trainer_attention.sh     # STEPS="build steps-cudnn ..." runs those alone
 #
 # Steps: the build (build/trainer, sm_90a, the solution and fast variants); the two fast
 # references in their checkers (the contract's cases after the 3D tensor maps, the packed entry
