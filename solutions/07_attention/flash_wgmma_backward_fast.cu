@@ -43,7 +43,7 @@
 // completion at its end (the tensor cores idle through each) come 11.6 times per SM. As
 // flash_wgmma_fast.cu does for the forward, one block per SM (the grid is the SM count) loops over
 // (key block, head) work items: its first is its own (blockIdx.x), the producer takes each next
-// one from a counter in global memory (atomicAdd, zeroed by the launcher before each call) and
+// one from a counter in global memory (atomicAdd; prepare_kernel zeroes it before each call) and
 // publishes it in shared memory with the K/V buffer's barrier (kv_full). The producer runs ahead
 // across items: the ring's stage and parity count the query tiles over all items, so the next
 // item's Q/dO tiles follow this one's as stages come free, and at D 64 its K and V go to a second
@@ -157,8 +157,8 @@ static_assert(Smem<64>::kKvBufferBytes % 1024 == 0 && Smem<128>::kKvBufferBytes 
 static_assert(Smem<128>::kBytes <= 226 * 1024 && Smem<64>::kBytes <= 226 * 1024,
               "an H100 block has 227 KB of shared memory");
 
-// Items taken after the blocks' first ones, one counter per device (launches on one stream: the
-// launcher zeroes it before each).
+// Items taken after the blocks' first ones, one counter per device (launches on one stream:
+// prepare_kernel zeroes it before each).
 __device__ int items_taken;
 
 // A work item: a head and its block of kBlockN keys (n0 on), which sees the query tiles from
@@ -600,21 +600,44 @@ CUtensorMap dq_tensor_map(float* dQ, int heads_total, int T) {
     return map;
 }
 
-// D_i = dO_i . O_i, one warp per row, as the readable row_dot_kernel, with row i of head h where
-// the layout has it: O's and dO's rows row_stride elements apart, heads_per_row heads side by side.
-__global__ void row_dot_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, float* delta,
-                               long long rows, int T, int heads_per_row, long long row_stride,
-                               int D) {
-    const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
-    if (row >= rows) return;
-    const long long head = row / T;
-    const long long at =
-        (head / heads_per_row * T + row % T) * row_stride + head % heads_per_row * D;
+// Everything the main kernel needs done before it, in one launch (three before: the readable
+// row_dot_kernel and two memsets): D_i = dO_i . O_i, with row i of head h where the layout has it
+// (O's and dO's rows row_stride elements apart, heads_per_row heads side by side); dQ's float sums
+// zeroed, since the main kernel adds into them; the item counter zeroed. kD / 8 lanes a row, 16
+// bytes of O and of dO each (a warp reads 4 rows at D 64, 2 at D 128).
+template <int kD>
+__global__ void prepare_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, float* delta,
+                               float* dq_sums, int* next_item, long long rows, int T,
+                               int heads_per_row, long long row_stride) {
+    constexpr int kLanesPerRow = kD / 8;
+    const long long thread = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (thread == 0) *next_item = 0;
+    const long long row = thread / kLanesPerRow, head = row / T;
+    const int d = static_cast<int>(thread % kLanesPerRow) * 8;
+    // Lanes past the last row stay for the shuffles below (a whole warp takes part), adding 0.
+    const bool in_rows = row < rows;
     float sum = 0.0f;
-    for (int d = threadIdx.x % 32; d < D; d += 32)
-        sum += __bfloat162float(O[at + d]) * __bfloat162float(dO[at + d]);
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x % 32 == 0) delta[row] = sum;
+    if (in_rows) {
+        const long long at =
+            (head / heads_per_row * T + row % T) * row_stride + head % heads_per_row * kD + d;
+        const uint4 o = *reinterpret_cast<const uint4*>(O + at);
+        const uint4 d_o = *reinterpret_cast<const uint4*>(dO + at);
+        const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
+        const auto* d_o2 = reinterpret_cast<const __nv_bfloat162*>(&d_o);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 a = __bfloat1622float2(o2[i]), b = __bfloat1622float2(d_o2[i]);
+            sum += a.x * b.x + a.y * b.y;
+        }
+        float4* dq = reinterpret_cast<float4*>(dq_sums + row * kD + d);
+        dq[0] = dq[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    // The row's kLanesPerRow lanes are aligned within the warp: xor offsets below kLanesPerRow
+    // stay inside them.
+#pragma unroll
+    for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (in_rows && d == 0) delta[row] = sum;
 }
 
 // dQ's float sums ([heads][T][D]) in bf16 where the gradient's layout has them: row t of head h at
@@ -686,13 +709,16 @@ void launch(const Layout& at, const float* L, const Gradients& out, int T, float
     const CUtensorMap v_map = map(at.V, at.qkv_row_stride, kBlockN);
     const CUtensorMap dq_map = dq_tensor_map<kD>(out.dq_sums, heads_total, T);
 
+    // The counter of items taken after the blocks' first, zeroed in stream order before each call
+    // (by prepare_kernel, with D_i and dQ's sums).
+    int* next_item = nullptr;
+    CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&next_item), items_taken));
     float* delta = nullptr;
     CUDA_CHECK(cudaMallocAsync(&delta, rows * sizeof(float), 0));
-    row_dot_kernel<<<course::ceil_div(rows, 8), 256>>>(at.O, at.dO, delta, rows, T,
-                                                       at.heads_per_row, at.o_row_stride, kD);
+    const long long prepare_threads = static_cast<long long>(rows) * (kD / 8);
+    prepare_kernel<kD><<<static_cast<unsigned>(course::ceil_div(prepare_threads, 256LL)), 256>>>(
+        at.O, at.dO, delta, out.dq_sums, next_item, rows, T, at.heads_per_row, at.o_row_stride);
     CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(
-        cudaMemsetAsync(out.dq_sums, 0, static_cast<std::size_t>(rows) * kD * sizeof(float)));
 
     // One block per SM (the shared memory and registers hold one), or one per item if fewer.
     const int items = course::ceil_div(T, kBlockN) * heads_total;
@@ -701,10 +727,6 @@ void launch(const Layout& at, const float* L, const Gradients& out, int T, float
     const long long head_bytes = 8LL * T * kD;
     const int section_heads =
         static_cast<int>(std::clamp<long long>(kSectionBytes / head_bytes, 1, heads_total));
-    // The counter of items taken after the blocks' first, zeroed in stream order before each call.
-    int* next_item = nullptr;
-    CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&next_item), items_taken));
-    CUDA_CHECK(cudaMemsetAsync(next_item, 0, sizeof(int)));
     kernel<<<std::min(items, course::multiprocessor_count()), kThreads, Smem<kD>::kBytes>>>(
         q_map, k_map, v_map, do_map, dq_map, L, delta, out.dK, out.dV, out.row_stride,
         out.dq != nullptr, next_item, heads_total, at.heads_per_row, section_heads, T, scale,
