@@ -27,8 +27,11 @@
 # checker run each), longer than one device command may run. So each exercise's planted bugs go
 # in groups of MUTANTS_PER_COPY (default 3) to copies of the tree, up to COPIES_AT_ONCE (default:
 # the CPU count, at most 14) side by side: module 07's 35 took 410 s so (one copy per exercise ran
-# past 600 s). The copies go to build/accept-copies (each has its own build/mutants and
-# build/mutants-fast). Exit status: 0 when every solution passes (each readable solution meeting
+# past 600 s). The copies share the GPU, which slows each checker: a planted bug expected to
+# fail may run MUTANT_TIMEOUT_S (default 300) seconds (`grader check --timeout`), a planted hang
+# the manifest's timeout_s (module 07's fast planted bugs among 13 copies on one GPU ran past
+# 120 s, eleventh session). The copies go to build/accept-copies (each has its own build/mutants
+# and build/mutants-fast). Exit status: 0 when every solution passes (each readable solution meeting
 # its target, each fast reference its stretch goal, or its target where the manifest has no
 # stretch), every stub reports todo and every planted bug is caught.
 set -uo pipefail
@@ -166,7 +169,7 @@ EOF
     while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n; done
     # $arguments unquoted: its --mutant NAME pairs, one word each.
     (cd "$copy" && python3 -m grader check --mutants --no-build "$exercise" $arguments \
-       > check.log 2>&1; echo $? > check.rc) &
+       --timeout "${MUTANT_TIMEOUT_S:-300}" > check.log 2>&1; echo $? > check.rc) &
   done
   wait
   : > "$out/mutants.txt"

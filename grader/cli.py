@@ -210,9 +210,13 @@ def _print_hint(texts: tuple[str, ...], tier: int) -> None:
 @click.option("--mutant", "mutant_names", multiple=True, metavar="NAME",
               help="With --mutants: only the planted bugs of this name in the selection "
                    "(repeat it for several).")
+@click.option("--timeout", type=float, metavar="S", callback=_timeout_seconds,
+              help="With --mutants: seconds the checker of a planted bug expected to fail or "
+                   "crash may run (default: the manifest's timeout_s), for copies that share a "
+                   "GPU; a planted hang keeps the manifest's, so that it costs no more.")
 @click.pass_obj
 def check(root_option: Path | None, selector: str, no_build: bool, with_mutants: bool,
-          emulate: bool, mutant_names: tuple[str, ...]) -> None:
+          emulate: bool, mutant_names: tuple[str, ...], timeout: float | None) -> None:
     """Check the course itself (SELECTOR as for run, default all).
 
     Manifests, files and stub markers; then builds every learner and solution target and, on a
@@ -224,6 +228,9 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
         raise UserError("--emulate goes with --mutants")
     if mutant_names and not with_mutants:
         raise UserError("--mutant goes with --mutants")
+    if timeout is not None and not with_mutants:
+        raise UserError("--timeout goes with --mutants (`grader run --timeout` times a learner's "
+                        "checkers)")
     if with_mutants and not gpu and not emulate:
         raise UserError("--mutants needs a GPU: a planted bug is caught by running its checker, "
                         "and nvidia-smi sees no GPU here (--emulate runs it on the CPU emulator)")
@@ -241,7 +248,7 @@ def check(root_option: Path | None, selector: str, no_build: bool, with_mutants:
         problems += build_problems(course, exercises, _log, run_checkers=gpu)
     if with_mutants:
         problems += _mutant_problems(course, exercises, EMULATED if emulate else SOLUTION,
-                                     mutant_names)
+                                     mutant_names, timeout)
     for problem in problems:
         click.echo(problem)
     if problems:
@@ -263,13 +270,13 @@ def gpu(root_option: Path | None) -> None:
 
 
 def _mutant_problems(course: Course, exercises: list[Exercise], variant: str,
-                     names: tuple[str, ...] = ()) -> list[str]:
+                     names: tuple[str, ...] = (), timeout_s: float | None = None) -> list[str]:
     """Runs the planted bugs of `exercises` (those named `names`, where there are names), prints
     their table, returns what went wrong."""
     mutants, problems = read_mutants(course, exercises)
     if names:
         mutants = [mutant for mutant in mutants if mutant.name in names]
-    outcomes = run_mutants(course, mutants, _log, variant)
+    outcomes = run_mutants(course, mutants, _log, variant, timeout_s)
     print_mutants(make_console(), outcomes)
     return problems + [f"mutant {outcome.name} not caught: expected {outcome.expected}, "
                        f"got {outcome.got}" for outcome in outcomes if not outcome.ok]

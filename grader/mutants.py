@@ -17,7 +17,9 @@ MUTANTS_FILE = "mutants.toml"
 MUTANTS_TREES = {SOLUTION: "build/mutants", FAST: "build/mutants-fast",
                  EMULATED: "build/mutants-emulated"}
 # A timeout is expected of a planted hang (an mbarrier that never completes): set a short
-# timeout_s in the exercise's manifest entry, which the mutant's run uses.
+# timeout_s in the exercise's manifest entry, which the mutant's run uses. The others may be given
+# longer (`grader check --mutants --timeout`): copies of the tree that share one GPU slow each
+# other's checkers past the manifest's timeout, a planted bug then reported as a hang.
 EXPECTABLE = (FAIL, CRASH, TIMEOUT)
 MUTANT_KEYS = ("exercise", "name", "replace", "expect", "message")
 OPTIONAL_MUTANT_KEYS = {"fast": bool, "memcheck": bool, "gpu_only": str, "file": str,
@@ -217,11 +219,12 @@ def pinned(sources: Path, mutant: Mutant):
         path.write_text(original, encoding="utf-8")
 
 
-def run_mutants(course: Course, mutants: list[Mutant], log: Log,
-                variant: str = SOLUTION) -> list[MutantOutcome]:
+def run_mutants(course: Course, mutants: list[Mutant], log: Log, variant: str = SOLUTION,
+                timeout_s: float | None = None) -> list[MutantOutcome]:
     """Builds each mutant from a scratch copy of solutions/ and checks that it is caught, on the
     GPU (`variant` SOLUTION: the fast references' mutants in a tree of the FAST variant) or on the
-    CPU emulator (EMULATED: the readable solutions' mutants only)."""
+    CPU emulator (EMULATED: the readable solutions' mutants only); `timeout_s`, where given, in
+    place of the manifest's for those not expected to hang."""
     sources = course.root / MUTANTS_TREES[variant] / "src"
     shutil.rmtree(sources, ignore_errors=True)
     # Fresh modification times (shutil.copy, not copy2): ninja must never take a copy for older
@@ -246,7 +249,7 @@ def run_mutants(course: Course, mutants: list[Mutant], log: Log,
         log(f"the planted bugs of {exercise.key} are not run: {outcome.detail[0]}")
     mutants = [mutant for mutant in mutants if mutant.exercise not in unrunnable]
     return [_run_one(_tree(course, EMULATED if variant == EMULATED else FAST if mutant.fast
-                           else SOLUTION, sources, mutant.arch), sources, mutant, log)
+                           else SOLUTION, sources, mutant.arch), sources, mutant, log, timeout_s)
             for mutant in mutants]
 
 
@@ -261,12 +264,15 @@ def _tree(course: Course, kind: str, sources: Path, arch: int = 0) -> BuildTree:
     return BuildTree(course, kind, course.root / path, defines=tuple(defines))
 
 
-def _run_one(tree: BuildTree, sources: Path, mutant: Mutant, log: Log) -> MutantOutcome:
+def _run_one(tree: BuildTree, sources: Path, mutant: Mutant, log: Log,
+             timeout_s: float | None = None) -> MutantOutcome:
     expected = f"{mutant.expect}: {mutant.message}"
     path = sources / mutant.file
+    # A planted hang runs under the manifest's timeout whatever timeout_s says.
+    timeout_s = None if mutant.expect == TIMEOUT else timeout_s
     try:
         with mutated(path, mutant), pinned(sources, mutant):
-            [result] = grade(tree, [mutant.exercise], log)
+            [result] = grade(tree, [mutant.exercise], log, timeout_s)
             status, text = result.status, "\n".join(result.outcome.detail)
             if mutant.memcheck and status == PASS:
                 status, text = _memcheck(tree, result, log)

@@ -151,6 +151,13 @@ def test_mutant_goes_with_mutants(course):
     assert result.stderr == "Error: --mutant goes with --mutants\n"
 
 
+def test_timeout_goes_with_mutants(course):
+    result = invoke(course, "check", "--timeout", "300")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: --timeout goes with --mutants (`grader run --timeout` times "
+                             "a learner's checkers)\n")
+
+
 def test_a_mutant_name_not_in_the_selection_is_one_line(course):
     result = invoke(course, "check", "01/mismatch", "--mutants", "--emulate", "--mutant", "trap",
                     "--mutant", "plus_instead_of_times")

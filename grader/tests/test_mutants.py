@@ -167,6 +167,26 @@ def test_a_planted_bug_is_caught_only_by_what_the_learner_is_shown(course, monke
     assert mutants._run_one(None, tmp_path, planted, lambda line: None).ok
 
 
+def test_a_longer_timeout_reaches_every_planted_bug_but_a_hang(course, monkeypatch, tmp_path):
+    # `grader check --mutants --timeout` (copies sharing a GPU): a planted bug expected to fail
+    # gets it; a planted hang keeps the manifest's timeout (None: grade reads the manifest's).
+    exercise = load_course(course).exercises[0]
+    timeouts = []
+
+    def grade(tree, exercises, log, timeout_s=None):
+        timeouts.append(timeout_s)
+        return [Result(exercise, "solution", Outcome(FAIL, detail=["wrong"]), "x")]
+
+    monkeypatch.setattr(mutants, "grade", grade)
+    (tmp_path / exercise.module).mkdir()
+    (tmp_path / exercise.module / exercise.file).write_text("i < n")
+    for expect in ("fail", "timeout"):
+        planted = Mutant(exercise, expect, old="i < n", new="i <= n", expect=expect,
+                         message="wrong")
+        mutants._run_one(None, tmp_path, planted, lambda line: None, 300.0)
+    assert timeouts == [300.0, None]
+
+
 def test_a_memcheck_mutant_that_passes_its_checker_is_caught_by_memcheck(course, gpu,
                                                                           monkeypatch, tmp_path):
     # A stand-in compute-sanitizer with memcheck's report of an out-of-bounds write (recorded on
