@@ -21,7 +21,7 @@ from grader.cases import built_tree, checker_cases, kernel_names
 from grader.course import Course
 from grader.errors import UserError
 from grader.manifest import Exercise
-from grader.results import FAIL, PASS, SOLUTION, PerfCase, judged_cases
+from grader.results import FAIL, FAST, PASS, SOLUTION, PerfCase, judged_cases
 from grader.tools import require_toolkit_program
 
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats",
@@ -469,7 +469,8 @@ def profile(course: Course, exercise: Exercise, variant: str, log: Log, case_lab
         raise UserError(f"{exercise.key} reports {cases.status}: there is nothing to profile until "
                         f"its checker runs your kernel (`grader run {exercise.key}` says why)")
     case = choose_case(exercise, cases.timed, case_label)
-    source = course.solution(exercise) if variant == SOLUTION else course.stub(exercise)
+    source = (course.fast_solution(exercise) if variant == FAST else
+              course.solution(exercise) if variant == SOLUTION else course.stub(exercise))
     kernels = [kernel] if kernel else kernel_names(source)
     if not kernels:
         raise UserError(f"no __global__ kernel found in {course.relative(source)}: name the one "
@@ -486,7 +487,7 @@ def profile(course: Course, exercise: Exercise, variant: str, log: Log, case_lab
                                                                    ",".join(SHARED_METRICS))],
                           tree.path)
     if PERMISSION_ERROR in output:
-        flag = " --solutions" if variant == SOLUTION else ""
+        flag = {SOLUTION: " --solutions", FAST: " --fast"}.get(variant, "")
         raise UserError(PERMISSION_FIX.format(key=exercise.key, flag=flag))
     if not report.is_file():
         raise UserError(no_profile_message(output, kernels))

@@ -123,9 +123,12 @@ def watch(context: click.Context, selector: str, solutions: bool) -> None:
                    "checker's naive_transpose_kernel.")
 @click.option("--launches", type=click.IntRange(min=1), default=1, show_default=True,
               help="How many launches of the kernel(s) to profile (each is summarized).")
+@click.option("--fast", is_flag=True,
+              help="The exercise's fast reference (build/fast), where it has one: what limits "
+                   "the stretch figure (for course authors).")
 @click.pass_context
 def profile(context: click.Context, exercise: str, solutions: bool, case_label: str | None,
-            kernel: str | None, launches: int) -> None:
+            kernel: str | None, launches: int, fast: bool) -> None:
     """Profile EXERCISE's timed case with Nsight Compute and say what limits it, in plain words.
 
     Memory- or compute-bound, occupancy and its limiter, shared-memory bank conflicts, the top
@@ -134,9 +137,16 @@ def profile(context: click.Context, exercise: str, solutions: bool, case_label: 
     """
     course = _course(context)
     chosen = _kernel_exercise(course, exercise, "profile")
+    if fast and solutions:
+        raise UserError("--fast profiles the fast reference and --solutions the readable one: "
+                        "give one of them")
+    if fast and not chosen.fast_solution:
+        raise UserError(f"{chosen.key} has no fast reference (its manifest names no "
+                        "fast_solution): --solutions profiles its reference solution")
     _require_gpu("grader profile")
     require_build_tools()
-    run = run_profile(course, chosen, _variant(solutions), _log, case_label, kernel, launches)
+    run = run_profile(course, chosen, FAST if fast else _variant(solutions), _log, case_label,
+                      kernel, launches)
     click.echo(f"{chosen.key} ({run.variant}), timed case '{run.case.label}' "
                f"({run.case.test}); graded figure {run.case.value_text()}, "
                f"{run.case.percent_text()} of {run.case.baseline}")

@@ -231,6 +231,25 @@ def test_an_exercise_that_is_todo_has_nothing_to_profile(course, tools_on_path):
     assert "01_fixture/todo reports todo: there is nothing to profile" in run.stderr
 
 
+def test_fast_profiles_the_fast_reference_where_there_is_one(course, tools_on_path):
+    fake_ncu(tools_on_path)
+    run = invoke(course, "profile", "01/passes", "--fast", "--solutions")
+    assert run.exit_code == 2 and "give one of them" in run.stderr
+    run = invoke(course, "profile", "01/mismatch", "--fast")
+    assert run.exit_code == 2
+    assert ("01_fixture/mismatch has no fast reference (its manifest names no fast_solution): "
+            "--solutions profiles its reference solution") in run.stderr
+    assert not (tools_on_path / "ncu-arguments").exists()
+    # Its kernels are looked for in the fast reference's file, built in build/fast.
+    run = invoke(course, "profile", "01/passes", "--fast")
+    assert run.exit_code == 2
+    assert "no __global__ kernel found in solutions/01_fixture/passes_fast.cpp" in run.stderr
+    run = invoke(course, "profile", "01/passes", "--fast", "--kernel", "twice")
+    assert run.exit_code == 0, run.stderr
+    assert "01_fixture/passes (fast), timed case" in run.stdout
+    assert "full report: build/fast/profiles/01_fixture.passes.fast.ncu-rep" in run.stdout
+
+
 def test_profile_without_a_gpu_or_ncu_is_one_line(course, monkeypatch, tmp_path):
     monkeypatch.setattr(tools_cli, "gpu_visible", lambda: False)
     run = invoke(course, "profile", "01/passes")
