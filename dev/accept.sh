@@ -27,10 +27,12 @@
 # checker run each), longer than one device command may run. So each exercise's planted bugs go
 # in groups of MUTANTS_PER_COPY (default 3) to copies of the tree, up to COPIES_AT_ONCE (default:
 # the CPU count, at most 14) side by side: module 07's 35 took 410 s so (one copy per exercise ran
-# past 600 s). The copies share the GPU, which slows each checker: a planted bug expected to
-# fail may run MUTANT_TIMEOUT_S (default 300) seconds (`grader check --timeout`), a planted hang
-# the manifest's timeout_s (module 07's fast planted bugs among 13 copies on one GPU ran past
-# 120 s, eleventh session). The copies go to build/accept-copies (each has its own build/mutants
+# past 600 s). On a machine of several GPUs the copies take turns on them (each sees one, or all
+# for an exercise of several: min_gpus), so a multi-GPU kind, whose device time costs what one
+# GPU's does, runs them that many times less crowded. Copies that share a GPU slow each other's
+# checkers: a planted bug expected to fail may run MUTANT_TIMEOUT_S (default 300) seconds
+# (`grader check --timeout`), a planted hang the manifest's timeout_s (module 07's fast planted
+# bugs among 13 copies on one GPU ran past 120 s, eleventh session). The copies go to build/accept-copies (each has its own build/mutants
 # and build/mutants-fast). Exit status: 0 when every solution passes (each readable solution meeting
 # its target, each fast reference its stretch goal, or its target where the manifest has no
 # stretch), every stub reports todo and every planted bug is caught.
@@ -153,23 +155,39 @@ for mutant in mutants:
 size = int(os.environ["MUTANTS_PER_COPY"])
 for key, found in per_exercise.items():
     found = list(found)
+    gpus = next(e for e in selected if e.key == key).min_gpus
     for start in range(0, len(found), size):
-        print(" ".join([key] + [f"--mutant {name}" for name in found[start:start + size]]))
+        print(" ".join([key, str(gpus)] + [f"--mutant {name}" for name in found[start:start + size]]))
 EOF
   )
   [ "${#lines[@]}" -gt 0 ] || { echo "no planted bugs in the selection" >&2; exit 2; }
   copies=build/accept-copies
   rm -rf "$copies" && mkdir -p "$copies"
-  # Group `index`'s copy of the tree, and its exercise and --mutant arguments.
-  group() { read -r exercise arguments <<< "${lines[$1]}"; copy=$copies/$1.${exercise//\//.}; }
+  # The GPUs the copies take turns on (CUDA_VISIBLE_DEVICES's list where it is set), so that
+  # on a machine of several each GPU runs its share of the checkers; an exercise that needs more
+  # than one GPU (min_gpus) sees them all.
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    IFS=, read -ra gpus <<< "$CUDA_VISIBLE_DEVICES"
+  else
+    mapfile -t gpus < <(nvidia-smi --query-gpu=index --format=csv,noheader)
+  fi
+  [ "${#gpus[@]}" -gt 0 ] || gpus=(0)
+  # Group `index`'s copy of the tree, its exercise, the GPUs it needs and --mutant arguments.
+  group() {
+    read -r exercise needs arguments <<< "${lines[$1]}"
+    copy=$copies/$1.${exercise//\//.}
+  }
   for index in "${!lines[@]}"; do
     group "$index"
     mkdir -p "$copy"
     tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$copy"
     while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n; done
+    visible=$(IFS=,; echo "${gpus[*]}")
+    [ "$needs" -gt 1 ] || visible=${gpus[index % ${#gpus[@]}]}
     # $arguments unquoted: its --mutant NAME pairs, one word each.
-    (cd "$copy" && python3 -m grader check --mutants --no-build "$exercise" $arguments \
-       --timeout "${MUTANT_TIMEOUT_S:-300}" > check.log 2>&1; echo $? > check.rc) &
+    (cd "$copy" && CUDA_VISIBLE_DEVICES=$visible python3 -m grader check --mutants --no-build \
+       "$exercise" $arguments --timeout "${MUTANT_TIMEOUT_S:-300}" > check.log 2>&1
+     echo $? > check.rc) &
   done
   wait
   : > "$out/mutants.txt"
