@@ -13,7 +13,7 @@ FIXTURE_COURSE = Path(__file__).parent / "fixture_course"
 REPO = Path(__file__).resolve().parents[2]
 # The real course's files the fixture course builds with.
 REAL_FILES = (Path("cmake/Course.cmake"), Path("common/include/course/todo.h"),
-              Path("common/src/report_channel.h"))
+              Path("common/src/report_channel.h"), Path("common/src/missing_library_test.cpp"))
 SKIP_REASON = "no usable CUDA device (simulated by the fixture)"
 # The no_gpu checker skips when this is in the grader's environment.
 SKIP_ENV = {"FIXTURE_SKIP_REASON": SKIP_REASON}

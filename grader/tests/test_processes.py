@@ -75,6 +75,27 @@ def test_a_forged_report_fails_clearly_and_is_never_recorded_as_a_pass(course):
     assert "- [ ] `01_fixture/passes`" in (course / "ROADMAP.md").read_text()
 
 
+def test_an_exercise_whose_library_the_build_lacks_is_skipped_with_the_reason(course):
+    # Module 11's data_parallel_step on a machine without NCCL: its checker is the harness's
+    # stand-in (common/src/missing_library_test.cpp), which must still report through the
+    # channel, else the grader calls the run a crash.
+    module = course / "modules/02_library"
+    (module / "tests").mkdir(parents=True)
+    (module / "module.toml").write_text(
+        '[module]\ntitle = "Fixture: a library this build lacks"\nweek = 2\n\n[[exercise]]\n'
+        'id = "calls_nccl"\ntitle = "Calls NCCL"\nfile = "calls_nccl.cpp"\n'
+        'checker = "tests/calls_nccl_test.cpp"\nmin_sm = 75\nmetric = ""\nbaseline = ""\n'
+        'target = 0\nlibrary = "nccl"\nhints = ["a nudge", "the last hint"]\n')
+    (module / "calls_nccl.cpp").write_text("// TODO: call NCCL\n")
+    (module / "calls_nccl.h").write_text("#pragma once\n")
+    (module / "tests/calls_nccl_test.cpp").write_text('#error "never compiled here"\n')
+    (course / "solutions/02_library").mkdir(parents=True)
+    (course / "solutions/02_library/calls_nccl.cpp").write_text("// calls NCCL\n")
+    result = invoke(course, "run", "02/calls_nccl")
+    assert status_of(result, "calls_nccl") == "skipped", result.stdout + result.stderr
+    assert "NCCL is missing from this build" in result.stdout
+
+
 def test_the_report_path_is_on_no_command_line(built_course):
     exe = built_course.root / "build/learner/bin/01_fixture.passes.learner"
     script = built_course.root / "show-arguments"
