@@ -161,6 +161,17 @@ static_assert(Smem<128>::kBytes <= 226 * 1024 && Smem<64>::kBytes <= 226 * 1024,
 // prepare_kernel zeroes it before each).
 __device__ int items_taken;
 
+// Where row t of head h begins in a layout of sequences of T rows, each row heads_per_row heads of
+// D elements side by side, rows row_stride elements apart: the contract's (a head a sequence,
+// row_stride D) or the trainer's (a sequence a batch entry, every head in a row of C or 3C).
+// Index: int, or long long where t is a row over all heads' (its division then stays 64-bit).
+template <typename Index>
+__device__ long long row_start(Index head, Index t, int T, int heads_per_row, long long row_stride,
+                               int D) {
+    return (static_cast<long long>(head / heads_per_row) * T + t) * row_stride +
+           head % heads_per_row * D;
+}
+
 // A work item: a head and its block of kBlockN keys (n0 on), which sees the query tiles from
 // first_tile on. Items are numbered section by section (section_heads heads each, the last one
 // what is left); within a section by key block, then head (kLevelMajor), or the reverse.
@@ -551,8 +562,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_backward_kernel(
             const int key = key0 + warp * 16 + g + 8 * h;
             if (key >= T) continue;
             const long long at =
-                (static_cast<long long>(head / heads_per_row) * T + key) * gradient_row_stride +
-                head % heads_per_row * kD;
+                row_start(head, key, T, heads_per_row, gradient_row_stride, kD);
 #pragma unroll
             for (int n = 0; n < kD / 8; ++n) {
                 const float2 k_pair =
@@ -618,8 +628,7 @@ __global__ void prepare_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, 
     const bool in_rows = row < rows;
     float sum = 0.0f;
     if (in_rows) {
-        const long long at =
-            (head / heads_per_row * T + row % T) * row_stride + head % heads_per_row * kD + d;
+        const long long at = row_start(head, row % T, T, heads_per_row, row_stride, kD) + d;
         const uint4 o = *reinterpret_cast<const uint4*>(O + at);
         const uint4 d_o = *reinterpret_cast<const uint4*>(dO + at);
         const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
@@ -640,8 +649,8 @@ __global__ void prepare_kernel(const __nv_bfloat16* O, const __nv_bfloat16* dO, 
     if (in_rows && d == 0) delta[row] = sum;
 }
 
-// dQ's float sums ([heads][T][D]) in bf16 where the gradient's layout has them: row t of head h at
-// (h / heads_per_row T + t) row_stride + (h % heads_per_row) D. 8 elements a thread (D is 64 or
+// dQ's float sums ([heads][T][D]) in bf16 where the gradient's layout has them (row_start). 8
+// elements a thread (D is 64 or
 // 128: whole packs of 16 bytes, on 16-byte boundaries where the rows and the pointer are).
 __global__ void dq_to_bf16_kernel(const float* __restrict__ sums, __nv_bfloat16* __restrict__ dq,
                                   long long rows, int T, int heads_per_row, long long row_stride,
@@ -657,8 +666,7 @@ __global__ void dq_to_bf16_kernel(const float* __restrict__ sums, __nv_bfloat16*
                                       __float22bfloat162_rn(make_float2(low.z, low.w)),
                                       __float22bfloat162_rn(make_float2(high.x, high.y)),
                                       __float22bfloat162_rn(make_float2(high.z, high.w))};
-    const long long at =
-        (head / heads_per_row * T + row % T) * row_stride + head % heads_per_row * D + d;
+    const long long at = row_start(head, row % T, T, heads_per_row, row_stride, D) + d;
     *reinterpret_cast<uint4*>(dq + at) = *reinterpret_cast<const uint4*>(packed);
 }
 
