@@ -32,10 +32,11 @@
 # GPU's does, runs them that many times less crowded. Copies that share a GPU slow each other's
 # checkers: a planted bug expected to fail may run MUTANT_TIMEOUT_S (default 300) seconds
 # (`grader check --timeout`), a planted hang the manifest's timeout_s (module 07's fast planted
-# bugs among 13 copies on one GPU ran past 120 s, eleventh session). The copies go to build/accept-copies (each has its own build/mutants
-# and build/mutants-fast). Exit status: 0 when every solution passes (each readable solution meeting
-# its target, each fast reference its stretch goal, or its target where the manifest has no
-# stretch), every stub reports todo and every planted bug is caught.
+# bugs among 13 copies on one GPU ran past 120 s, eleventh session). The copies go to
+# build/accept-copies (each has its own build/mutants and build/mutants-fast). Exit status: 0 when
+# every solution passes (each readable solution meeting its target, each fast reference its
+# stretch goal, or its target where the manifest has no stretch), every stub reports todo and
+# every planted bug is caught.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n '2,24p' "$0"; exit 2; }
@@ -151,13 +152,13 @@ if unknown := set(names) - {mutant.name for mutant in mutants}:
 per_exercise = {}
 for mutant in mutants:
     if not names or mutant.name in names:
-        per_exercise.setdefault(mutant.exercise.key, {})[mutant.name] = None
+        per_exercise.setdefault(mutant.exercise, {})[mutant.name] = None
 size = int(os.environ["MUTANTS_PER_COPY"])
-for key, found in per_exercise.items():
+for exercise, found in per_exercise.items():
     found = list(found)
-    gpus = next(e for e in selected if e.key == key).min_gpus
     for start in range(0, len(found), size):
-        print(" ".join([key, str(gpus)] + [f"--mutant {name}" for name in found[start:start + size]]))
+        print(" ".join([exercise.key, str(exercise.min_gpus)] +
+                       [f"--mutant {name}" for name in found[start:start + size]]))
 EOF
   )
   [ "${#lines[@]}" -gt 0 ] || { echo "no planted bugs in the selection" >&2; exit 2; }

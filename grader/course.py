@@ -4,6 +4,7 @@ from pathlib import Path
 
 from grader.errors import UserError
 from grader.manifest import Exercise, Module, read_module
+from grader.results import FAST, LEARNER
 
 ALL = "all"
 
@@ -37,6 +38,13 @@ class Course:
         if not exercise.fast_solution:
             return None
         return self.root / "solutions" / exercise.module / exercise.fast_solution
+
+    def source(self, exercise: Exercise, variant: str) -> Path:
+        """The file a tree of `variant` builds for `exercise`: the learner's stub, the fast
+        reference, or the readable solution (the solution and emulated trees)."""
+        if variant == LEARNER:
+            return self.stub(exercise)
+        return self.fast_solution(exercise) if variant == FAST else self.solution(exercise)
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))

@@ -201,9 +201,7 @@ def only_speed_failed(report: dict | None) -> bool:
 
 
 def _race_prone(tree: BuildTree, exercise: Exercise) -> bool:
-    course = tree.course
-    source = course.stub(exercise) if tree.variant == LEARNER else (
-        course.fast_solution(exercise) if tree.variant == FAST else course.solution(exercise))
+    source = tree.course.source(exercise, tree.variant)
     try:
         text = source.read_text(encoding="utf-8", errors="replace")
     except OSError:

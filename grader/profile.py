@@ -469,8 +469,7 @@ def profile(course: Course, exercise: Exercise, variant: str, log: Log, case_lab
         raise UserError(f"{exercise.key} reports {cases.status}: there is nothing to profile until "
                         f"its checker runs your kernel (`grader run {exercise.key}` says why)")
     case = choose_case(exercise, cases.timed, case_label)
-    source = (course.fast_solution(exercise) if variant == FAST else
-              course.solution(exercise) if variant == SOLUTION else course.stub(exercise))
+    source = course.source(exercise, variant)
     kernels = [kernel] if kernel else kernel_names(source)
     if not kernels:
         raise UserError(f"no __global__ kernel found in {course.relative(source)}: name the one "

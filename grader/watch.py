@@ -11,15 +11,14 @@ from pathlib import Path
 from grader.course import Course
 from grader.hints import revealed
 from grader.manifest import Exercise
-from grader.results import PASS, SKIPPED, SOLUTION, Result
+from grader.results import PASS, SKIPPED, Result
 
 INSTALL = "grader watch needs the watchfiles package: python3 -m pip install -e '.[watch]'"
 
 
 def watched_files(course: Course, exercises: list[Exercise], variant: str) -> dict[Path, Exercise]:
     """The file of each exercise that the learner (or, for solutions, the author) edits."""
-    source = course.solution if variant == SOLUTION else course.stub
-    return {source(exercise).resolve(): exercise for exercise in exercises}
+    return {course.source(exercise, variant).resolve(): exercise for exercise in exercises}
 
 
 def changed_exercises(changed_paths: Iterable[str], files: dict[Path, Exercise],

@@ -9,10 +9,10 @@
 // the fast references (vector_add_bf16, gemm_bf16_epilogue, layernorm_bf16,
 // layernorm_backward_bf16, cross_entropy_bf16, flash_wgmma_packed: course/entry_point.h) are keys
 // like the others: a library whose file does not define one answers null, and the table converts
-// around the contract instead. Module 10's functions have their types written here as well, which the tables
-// call: a course without the module (it is not in modules/ yet) builds without its headers and its
-// keys, and where the module is there, its headers must agree with these types (the static_asserts
-// below).
+// around the contract instead. Module 10's functions have their types written here as well, which
+// the tables call: a course without the module (it is not in modules/ yet) builds without its
+// headers and its keys, and where the module is there, its headers must agree with these types
+// (the static_asserts below).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -34,30 +34,10 @@ Delete it once the fast reference has passed its checker and planted bugs on a H
 import random
 import sys
 
+# The forward's model, beside this file, has the mbarrier (its arrivals, transaction bytes, phase).
+from flash_wgmma_persistent_protocol import Barrier as Mbarrier
+
 WARPS = 4  # per consumer warpgroup
-
-
-class Mbarrier:
-    def __init__(self, arrivals):
-        self.arrivals, self.pending, self.tx, self.phase = arrivals, arrivals, 0, 0
-
-    def arrive(self, tx=0):
-        self.pending -= 1
-        self.tx += tx
-        assert self.pending >= 0, "more arrivals than the phase expects"
-        self._complete()
-
-    def land(self):
-        self.tx -= 1
-        self._complete()
-
-    def _complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.arrivals
-
-    def passed(self, parity):
-        return self.phase % 2 != parity
 
 
 class NamedBarriers:
