@@ -109,10 +109,6 @@ constexpr int kDqTilesAtD64 = 2;
 // K/V buffers at D 64 (1 or 2): with 2 the producer loads the next item's K and V while the
 // consumers still work on this item's; with 1 (D 128's only choice) it waits for them to finish.
 constexpr int kKvBuffersAtD64 = 2;
-// The items' order within a section of heads: true, key blocks by level (every head's first key
-// block, then every head's second, ...: causal, the heaviest first over the whole section);
-// false, head after head, as the readable kernel's grid runs them.
-constexpr bool kLevelMajor = true;
 // The heads whose Q and dO (bf16) and dQ (float: the bulk reductions add into it in L2), 8 T D
 // bytes each, are read at one time (a section's): a third of an H100's 50 MB L2, as flash_wgmma's
 // fast reference keeps its sections' K and V.
@@ -172,6 +168,13 @@ __device__ long long row_start(Index head, Index t, int T, int heads_per_row, lo
            head % heads_per_row * D;
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // what only the kernel's sm_90a body uses
+
+// The items' order within a section of heads: true, key blocks by level (every head's first key
+// block, then every head's second, ...: causal, the heaviest first over the whole section);
+// false, head after head, as the readable kernel's grid runs them.
+constexpr bool kLevelMajor = true;
+
 // A work item: a head and its block of kBlockN keys (n0 on), which sees the query tiles from
 // first_tile on. Items are numbered section by section (section_heads heads each, the last one
 // what is left); within a section by key block, then head (kLevelMajor), or the reverse.
@@ -189,8 +192,6 @@ __device__ Work work(int item, int heads_total, int section_heads, int key_block
     // Causal, the query tiles before the one holding the first key see none of the keys.
     return {head, n0, causal ? n0 / kBlockM : 0};
 }
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // The overlap of a tile's elementwise work with products (one-constant sweeps; false each gives
 // the first fast version's order): S^T and dP^T in two groups, P^T computed while dP^T runs
