@@ -17,9 +17,11 @@ from grader.manifest import Exercise
 from grader.results import PerfCase
 from grader.state import load_results
 
-# `__global__ void name(`, with __launch_bounds__(...) before or after `void`.
-KERNEL = re.compile(r"__global__\s+(?:static\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-                    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+# `__global__ void name(`, with __launch_bounds__(...) before or after `void`; its arguments may
+# hold one level of parentheses (`__launch_bounds__(256, 65536 / (64 * 256))`).
+_LAUNCH_BOUNDS = r"(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
+KERNEL = re.compile(r"__global__\s+(?:static\s+)?" + _LAUNCH_BOUNDS + r"void\s+" + _LAUNCH_BOUNDS +
+                    r"(\w+)\s*\(")
 
 
 @dataclass(frozen=True)

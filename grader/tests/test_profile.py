@@ -127,9 +127,10 @@ def test_kernels_are_found_in_the_source_whatever_the_launch_bounds(tmp_path):
     source.write_text("// __global__ void commented_out(int)\n"
                       "__global__ void __launch_bounds__(256) first(float* x) {}\n"
                       "template <int N>\n__global__ __launch_bounds__(384, 3) void second(int n) {}\n"
+                      "__global__ void __launch_bounds__(128, 65536 / (64 * 128))\n    third(int n) {}\n"
                       "/* __global__ void also_commented(int) */\n"
                       "__global__ void first(float* x, int n) {}\n")
-    assert kernel_names(source) == ["first", "second"]
+    assert kernel_names(source) == ["first", "second", "third"]
 
 
 def _exercise(baseline: str = "copy") -> Exercise:
