@@ -1,11 +1,12 @@
 // dev/experiments/gemv_read_ceiling.cu (course authors): how fast can a one-token INT4 GEMV read
 // W at all? Against the judged case's baseline, a device-to-device copy of W, it times pure readers
-// of W (4 or 8 uint4 loads in flight a thread), gemv_w4a16's fast reference as committed, its
-// one-token kernel with other rows / loads / blocks per SM, and a bulk-copy ring prototype
+// of W (4 or 8 uint4 loads in flight a thread), gemv_w4a16's fast reference as committed, and a
+// bulk-copy ring prototype
 // (cp.async.bulk of 16 rows x 4096 k a stage into shared memory, the products on mma.sync; K a
 // multiple of 4096 only), each checked against the CPU on 10 rows. L2 is flushed before each
 // sample as the harness does (a read of 100 MB: clean lines). It also measures what the copy's
 // writes cost after its end event: the copy then a 100 MB flush in one window, minus the two alone.
+// (The one-token kernel's rows, loads and blocks per SM: dev/sweep.sh with its constants.)
 // Twelfth session, H100 80GB HBM3 (dev/tuning/09_quantization.md has the table): the copy leaves
 // 6-9 us of write-backs past its end (a reader 0), and a pure read of W reaches 70.5% of the copy
 // at N = K = 8192 (84% at 16384, 93% at 32768): the judged 80% is above what reading W once allows
@@ -63,31 +64,8 @@ __device__ inline void bulk_load(void* dst, const void* src, int bytes, std::uin
         : "memory");
 }
 
-constexpr std::uint32_t kSbPair136 = 0x43084308u;
-__device__ std::uint32_t sb_nibble_pair(unsigned word, int p, std::uint32_t pair136) {
-    const std::uint32_t biased = ((word >> (4 * p)) & 0x000F000Fu) ^ pair136;
-    const __nv_bfloat162 q = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
-                                     *reinterpret_cast<const __nv_bfloat162*>(&pair136));
-    return *reinterpret_cast<const std::uint32_t*>(&q);
-}
-__device__ void sb_a_fragment(const uint4& row_g, const uint4& row_g8, int s, std::uint32_t pair136,
-                           std::uint32_t (&a)[4]) {
-    const unsigned lo[4] = {row_g.x, row_g.y, row_g.z, row_g.w};
-    const unsigned hi[4] = {row_g8.x, row_g8.y, row_g8.z, row_g8.w};
-    const int w = s / 2, p = 2 * (s % 2);
-    a[0] = sb_nibble_pair(lo[w], p, pair136);
-    a[1] = sb_nibble_pair(hi[w], p, pair136);
-    a[2] = sb_nibble_pair(lo[w], p + 1, pair136);
-    a[3] = sb_nibble_pair(hi[w], p + 1, pair136);
-}
-__device__ void sb_b_fragment(const uint4& x8, int s, std::uint32_t& b0, std::uint32_t& b1) {
-    const unsigned pairs[4] = {x8.x, x8.y, x8.z, x8.w};
-    const int h = s % 2;
-    const unsigned first = pairs[h], second = pairs[h + 2];
-    b0 = __byte_perm(first, second, 0x5410);
-    b1 = __byte_perm(first, second, 0x7632);
-}
-
+// The nibbles as bf16 pairs and the fragments' k order: the fast reference's nibble_pair,
+// a_fragment and b_fragment (its batch path), from the file included above.
 constexpr int kRows = 16;  // a unit: 16 rows of W, all of K
 template <int kChunk, int kStages, int kConsumerWarps>
 struct Ring {
@@ -178,8 +156,8 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
 #pragma unroll
                 for (int s = 0; s < 8; ++s) {
                     std::uint32_t a[4], b0, b1;
-                    sb_a_fragment(wg, wg8, s, pair136, a);
-                    sb_b_fragment(x8[s / 2], s, b0, b1);
+                    a_fragment(wg, wg8, s, pair136, a);
+                    b_fragment(x8[s / 2], s, b0, b1);
                     tc::mma_bf16(sum, a, b0, b1);
                 }
                 c0 += sum[0] * s_g;
@@ -202,73 +180,6 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
 #endif
 }
 
-
-// The fast reference's one-token kernel, its rows, loads and blocks per SM as template arguments.
-template <int kR, int kL, int kMinBlocks>
-__global__ void __launch_bounds__(128, kMinBlocks)
-    one_token_variant(int N, int K, const __nv_bfloat16* __restrict__ x,
-                      const std::uint8_t* __restrict__ W, const float* __restrict__ scales,
-                      float* __restrict__ y) {
-    constexpr int kB = 128, kTripV = kB * kL, kLPG = 4;
-    __shared__ float warp_sums[kB / 32][kR];
-    const int first_row = blockIdx.x * kR;
-    const int rows = N - first_row;
-    const int loads = K / 32;
-    const int groups = K / 128;
-    const uint4* w_trip = reinterpret_cast<const uint4*>(W + static_cast<std::size_t>(first_row) * K / 2) + threadIdx.x;
-    const float* scale_trip = scales + static_cast<std::size_t>(first_row) * groups + threadIdx.x / kLPG;
-    const uint4* x_trip = reinterpret_cast<const uint4*>(x) + 4 * threadIdx.x;
-    float acc[kR] = {};
-    for (int left = loads - static_cast<int>(threadIdx.x); left > 0; left -= kTripV) {
-        uint4 w[kR][kL] = {};
-        float scale[kR][kL] = {};
-#pragma unroll
-        for (int r = 0; r < kR; ++r) {
-            const int end = r < rows ? left : 0;
-            course::load_batch<kB, course::Cache::kLastUse>(w[r], w_trip + r * loads, 0, end);
-#pragma unroll
-            for (int j = 0; j < kL; ++j)
-                if (j * kB < end) scale[r][j] = __ldcs(scale_trip + r * groups + j * kB / kLPG);
-        }
-#pragma unroll
-        for (int j = 0; j < kL; ++j) {
-            if (j * kB >= left) break;
-            float dot[kR] = {};
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-                float xs[8];
-                readable::bf16x8_to_float(__ldg(x_trip + 4 * j * kB + p), xs);
-#pragma unroll
-                for (int r = 0; r < kR; ++r) {
-                    float weights[8];
-                    readable::int4x8_to_float(w[r][j], p, weights);
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) dot[r] += weights[i] * xs[i];
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < kR; ++r) acc[r] += dot[r] * scale[r][j];
-        }
-        w_trip += kTripV;
-        scale_trip += kTripV / kLPG;
-        x_trip += 4 * kTripV;
-    }
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-        float sum = acc[r];
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-        if (lane == 0) warp_sums[warp][r] = sum;
-    }
-    __syncthreads();
-    const int n = first_row + threadIdx.x;
-    if (threadIdx.x < kR && n < N) {
-        float total = 0.0f;
-#pragma unroll
-        for (int other = 0; other < kB / 32; ++other) total += warp_sums[other][threadIdx.x];
-        y[n] = total;
-    }
-}
 
 // The harness's flush: read twice L2's bytes (clean lines, no write-backs).
 __global__ void read_through(const float4* b, std::size_t n, float* sink) {
@@ -314,7 +225,7 @@ float run_stream(Timer& T, int N, int K, int blocks_per_sm, const __nv_bfloat16*
     if (smem > 227 * 1024) return -1;
     if (time) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int grid = std::min(sms * blocks_per_sm, (N + 15) / 16);
-    auto f = [&] { kern<<<grid, R::kThreads, smem>>>(N, K, x, W, scales, y, kSbPair136); };
+    auto f = [&] { kern<<<grid, R::kThreads, smem>>>(N, K, x, W, scales, y, kBf16Pair136); };
     if (!time) { f(); return 0; }
     f(); CK(cudaDeviceSynchronize());
     return T.median_us(f);
@@ -394,13 +305,6 @@ int main() {
             report(name, T.median_us(f));
         };
         timed("fast reference (committed)", [&] { gemv_w4a16(1, N, K, dx, dW, ds, dy); });
-        timed("variant rows 4 loads 1 8 blocks", [&] { one_token_variant<4, 1, 8><<<(N + 3) / 4, 128>>>(N, K, dx, dW, ds, dy); });
-        timed("variant rows 4 loads 2 6 blocks", [&] { one_token_variant<4, 2, 6><<<(N + 3) / 4, 128>>>(N, K, dx, dW, ds, dy); });
-        timed("variant rows 4 loads 2 4 blocks", [&] { one_token_variant<4, 2, 4><<<(N + 3) / 4, 128>>>(N, K, dx, dW, ds, dy); });
-        timed("variant rows 8 loads 1 6 blocks", [&] { one_token_variant<8, 1, 6><<<(N + 7) / 8, 128>>>(N, K, dx, dW, ds, dy); });
-        timed("variant rows 2 loads 2 8 blocks", [&] { one_token_variant<2, 2, 8><<<(N + 1) / 2, 128>>>(N, K, dx, dW, ds, dy); });
-        timed("variant rows 2 loads 1 12 blocks", [&] { one_token_variant<2, 1, 12><<<(N + 1) / 2, 128>>>(N, K, dx, dW, ds, dy); });
-        timed("variant rows 1 loads 4 12 blocks", [&] { one_token_variant<1, 4, 12><<<N, 128>>>(N, K, dx, dW, ds, dy); });
         if (K <= 32768 && K % 4096 == 0) {
             run_stream<4096, 3, 8>(T, N, K, 1, dx, dW, ds, dy, sms, true);
             timed("stream 4096x3 w8, 1 block/SM", [&] { run_stream<4096, 3, 8>(T, N, K, 1, dx, dW, ds, dy, sms, false); });
