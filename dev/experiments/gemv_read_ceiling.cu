@@ -23,20 +23,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <cmath>
 #include <vector>
 
 #include "hopper.h"
 #include "gemv_w4a16_fast.cu"  // gemv_w4a16(): the fast reference as committed; readable:: helpers
+#include "bench_timing.h"
 
-#define CK(x)                                                                       \
-    do {                                                                            \
-        cudaError_t e_ = (x);                                                       \
-        if (e_ != cudaSuccess) {                                                    \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
 
 // ---- pure readers ----
 template <int kLoads>
@@ -181,54 +175,22 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
 }
 
 
-// The harness's flush: read twice L2's bytes (clean lines, no write-backs).
-__global__ void read_through(const float4* b, std::size_t n, float* sink) {
-    float sum = 0;
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
-        const float4 v = b[i]; sum += v.x + v.y + v.z + v.w;
-    }
-    if (sum == 12345.678f) *sink = sum;
-}
-
 // ---- host ----
 static float bf16_to_float(std::uint16_t b) { std::uint32_t u = std::uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; }
 
-struct Timer {
-    cudaEvent_t a, b;
-    std::uint8_t* flush;
-    int sms_ = 132;
-    Timer() { cudaEventCreate(&a); cudaEventCreate(&b); CK(cudaMalloc(&flush, (256 << 20) + 16)); CK(cudaMemset(flush, 0, (256 << 20) + 16)); cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0); }
-    template <class F>
-    float median_us(F f, int samples = 60) {
-        for (int i = 0; i < 3; ++i) f();
-        std::vector<float> t;
-        for (int i = 0; i < samples; ++i) {
-            read_through<<<sms_ * 4, 512>>>(reinterpret_cast<const float4*>(flush), (std::size_t(100) << 20) / 16, reinterpret_cast<float*>(flush + (256 << 20)));
-            cudaEventRecord(a);
-            f();
-            cudaEventRecord(b);
-            CK(cudaEventSynchronize(b));
-            float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms * 1000);
-        }
-        CK(cudaGetLastError());
-        std::sort(t.begin(), t.end());
-        return t[t.size() / 2];
-    }
-};
 
+// The bulk-copy ring's launch at N x K with `blocks_per_sm` blocks an SM (its shared memory
+// opted into first), or an empty function where its stages and x do not fit an SM.
 template <int kChunk, int kStages, int kWarps>
-float run_stream(Timer& T, int N, int K, int blocks_per_sm, const __nv_bfloat16* x, const std::uint8_t* W,
-                 const float* scales, float* y, int sms, bool time = true) {
+std::function<void()> stream_launcher(int N, int K, int blocks_per_sm, const __nv_bfloat16* x,
+                                      const std::uint8_t* W, const float* scales, float* y, int sms) {
     using R = Ring<kChunk, kStages, kWarps>;
     const int smem = kStages * R::kStageBytes + K * 2;
-    auto kern = stream_gemv<kChunk, kStages, kWarps>;
-    if (smem > 227 * 1024) return -1;
-    if (time) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (smem > 227 * 1024) return {};
+    const auto kernel = stream_gemv<kChunk, kStages, kWarps>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int grid = std::min(sms * blocks_per_sm, (N + 15) / 16);
-    auto f = [&] { kern<<<grid, R::kThreads, smem>>>(N, K, x, W, scales, y, kBf16Pair136); };
-    if (!time) { f(); return 0; }
-    f(); CK(cudaDeviceSynchronize());
-    return T.median_us(f);
+    return [=] { kernel<<<grid, R::kThreads, smem>>>(N, K, x, W, scales, y, kBf16Pair136); };
 }
 
 int main() {
@@ -236,8 +198,8 @@ int main() {
     int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaDeviceProp prop; cudaGetDeviceProperties(&prop, 0);
     printf("%s, %d SMs\n", prop.name, sms);
-    Timer T;
-    unsigned* out; CK(cudaMalloc(&out, 4));
+    bench::Timer T;
+    unsigned* out; CUDA_CHECK(cudaMalloc(&out, 4));
     const int shapes[][2] = {{8192, 8192}, {8192, 4096}, {8192, 16384}, {4096, 8192}, {8192, 32768}, {3072, 768}};
     for (auto& sh : shapes) {
         const int N = sh[0], K = sh[1];
@@ -251,18 +213,17 @@ int main() {
         for (auto& s : hs) s = 0.001f + (rnd() % 1000) * 1e-5f;
         for (auto& v : hx) { float f = (int(rnd() % 2001) - 1000) * 1e-3f; std::uint32_t u; memcpy(&u, &f, 4); v = u >> 16; }
         std::uint8_t *dW, *dcopy; float *ds, *dy; __nv_bfloat16* dx;
-        CK(cudaMalloc(&dW, wbytes)); CK(cudaMalloc(&dcopy, wbytes)); CK(cudaMalloc(&ds, sbytes));
-        CK(cudaMalloc(&dy, N * 4)); CK(cudaMalloc(&dx, K * 2));
-        CK(cudaMemcpy(dW, hW.data(), wbytes, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(ds, hs.data(), sbytes, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dx, hx.data(), K * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMalloc(&dW, wbytes)); CUDA_CHECK(cudaMalloc(&dcopy, wbytes)); CUDA_CHECK(cudaMalloc(&ds, sbytes));
+        CUDA_CHECK(cudaMalloc(&dy, N * 4)); CUDA_CHECK(cudaMalloc(&dx, K * 2));
+        CUDA_CHECK(cudaMemcpy(dW, hW.data(), wbytes, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(ds, hs.data(), sbytes, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dx, hx.data(), K * 2, cudaMemcpyHostToDevice));
         const double moved = wbytes + sbytes + 2.0 * K + 4.0 * N;
         const float copy = T.median_us([&] { cudaMemcpyAsync(dcopy, dW, wbytes, cudaMemcpyDeviceToDevice); });
-        CK(cudaGetLastError());
+        CUDA_CHECK(cudaGetLastError());
         const double copy_rate = 2.0 * wbytes / copy / 1e3;  // GB/s
         printf("\nN %d K %d: W+scales %.2f MB; copy of W %.1f us (%.0f GB/s)\n", N, K, moved / 1e6, copy, copy_rate);
         auto report = [&](const char* name, float us, double bytes = 0) {
-            if (us < 0) { printf("  %-34s  (does not fit)\n", name); return; }
             const double rate = (bytes > 0 ? bytes : moved) / us / 1e3;
             printf("  %-34s %7.1f us %7.0f GB/s  %5.1f%% of copy\n", name, us, rate, 100 * rate / copy_rate);
         };
@@ -271,11 +232,10 @@ int main() {
             // What the copy's writes cost after its end event: a copy then a flush of 100 MB in one
             // window, against the two alone (dirty lines that L2 held are written back during the
             // flush). The same for a reader, whose lines are clean.
-            const auto flush100 = [&] { read_through<<<sms * 4, 512>>>(reinterpret_cast<const float4*>(T.flush), (std::size_t(100) << 20) / 16, reinterpret_cast<float*>(T.flush + (256 << 20))); };
             const auto copy_f = [&] { cudaMemcpyAsync(dcopy, dW, wbytes, cudaMemcpyDeviceToDevice); };
             const auto read_f = [&] { read_kernel<4><<<sms * 16, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out); };
-            const float f = T.median_us(flush100), c = T.median_us(copy_f), r = T.median_us(read_f);
-            const float cf = T.median_us([&] { copy_f(); flush100(); }), rf = T.median_us([&] { read_f(); flush100(); });
+            const float f = T.median_us([&] { T.flush_l2(); }), c = T.median_us(copy_f), r = T.median_us(read_f);
+            const float cf = T.median_us([&] { copy_f(); T.flush_l2(); }), rf = T.median_us([&] { read_f(); T.flush_l2(); });
             printf("  flush of 100 MB alone %.1f us; copy %.1f, copy + flush %.1f (after its end: %.1f us); read %.1f, read + flush %.1f (after: %.1f us)\n",
                    f, c, cf, cf - f - c, r, rf, rf - f - r);
         }
@@ -284,7 +244,7 @@ int main() {
         report("read x8 loads, 8 blocks/SM", T.median_us([&] { read_kernel<8><<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out); }), double(wbytes));
         const auto check = [&](const char* name) {
             std::vector<float> hy(N);
-            CK(cudaMemcpy(hy.data(), dy, N * 4, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(hy.data(), dy, N * 4, cudaMemcpyDeviceToHost));
             double worst = 0;
             for (int n : {0, 1, 3, 4, 7, 8, 15, 16, N / 2 + 3, N - 1}) {
                 double ref = 0, mag = 0;
@@ -297,20 +257,18 @@ int main() {
                 worst = std::max(worst, fabs(hy[n] - ref) / (mag + 1e-30));
             }
             if (worst > 1e-5) printf("  %s: WRONG (worst relative error %.2e)\n", name, worst);
-            CK(cudaMemset(dy, 0xFF, N * 4));
         };
         const auto timed = [&](const char* name, auto f) {
-            CK(cudaGetLastError());
-            CK(cudaMemset(dy, 0xFF, N * 4)); f(); CK(cudaDeviceSynchronize()); check(name);
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaMemset(dy, 0xFF, N * 4)); f(); CUDA_CHECK(cudaDeviceSynchronize()); check(name);
             report(name, T.median_us(f));
         };
         timed("fast reference (committed)", [&] { gemv_w4a16(1, N, K, dx, dW, ds, dy); });
-        if (K <= 32768 && K % 4096 == 0) {
-            run_stream<4096, 3, 8>(T, N, K, 1, dx, dW, ds, dy, sms, true);
-            timed("stream 4096x3 w8, 1 block/SM", [&] { run_stream<4096, 3, 8>(T, N, K, 1, dx, dW, ds, dy, sms, false); });
-        }
+        if (K % 4096 == 0)  // the ring's stages are 4096 k of 16 rows
+            if (const auto ring = stream_launcher<4096, 3, 8>(N, K, 1, dx, dW, ds, dy, sms))
+                timed("stream 4096x3 w8, 1 block/SM", ring);
         cudaFree(dW); cudaFree(dcopy); cudaFree(ds); cudaFree(dy); cudaFree(dx);
     }
-    CK(cudaGetLastError());
+    CUDA_CHECK(cudaGetLastError());
     return 0;
 }

@@ -2,18 +2,10 @@
 // fast reference at N 8192, D 768 against cuBLAS's bf16 N x N x D GEMM, L2 flushed before each of
 // 30 samples (a 100 MB read, as the harness does), medians; VARIANT names the hooks compiled in.
 #include <cublas_v2.h>
-#include <algorithm>
 #include <cstdio>
 #include <vector>
 #include "pairwise_cosine_fast_hooked.cu"
-
-__global__ void read_through(const float4* b, std::size_t n, float* sink) {
-    float sum = 0;
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
-        const float4 v = b[i]; sum += v.x + v.y + v.z + v.w;
-    }
-    if (sum == 12345.678f) *sink = sum;
-}
+#include "../bench_timing.h"
 
 int main() {
     setvbuf(stdout, nullptr, _IONBF, 0);
@@ -21,25 +13,13 @@ int main() {
     std::vector<std::uint16_t> hx(std::size_t(N) * D);
     std::uint64_t st = 7;
     for (auto& v : hx) { st = st * 6364136223846793005ull + 1442695040888963407ull; float f = (int(st >> 40) % 2001 - 1000) * 1e-3f; std::uint32_t u; memcpy(&u, &f, 4); v = u >> 16; }
-    __nv_bfloat16* X; float *dist, *mean, *work, *C; std::uint8_t* flush;
+    __nv_bfloat16* X; float *dist, *mean, *work, *C;
     CUDA_CHECK(cudaMalloc(&X, hx.size() * 2)); CUDA_CHECK(cudaMemcpy(X, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMalloc(&dist, std::size_t(N) * (N - 1) / 2 * 4)); CUDA_CHECK(cudaMalloc(&mean, 4)); CUDA_CHECK(cudaMalloc(&work, N * 4));
     CUDA_CHECK(cudaMalloc(&C, std::size_t(N) * N * 4));
-    CUDA_CHECK(cudaMalloc(&flush, (100 << 20) + 16)); CUDA_CHECK(cudaMemset(flush, 0, (100 << 20) + 16));
-    int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cublasHandle_t h; cublasCreate(&h);
-    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-    auto median = [&](auto f) {
-        for (int i = 0; i < 3; ++i) f();
-        std::vector<float> t;
-        for (int i = 0; i < 30; ++i) {
-            read_through<<<sms * 4, 512>>>(reinterpret_cast<const float4*>(flush), (std::size_t(100) << 20) / 16, reinterpret_cast<float*>(flush + (100 << 20)));
-            cudaEventRecord(a); f(); cudaEventRecord(b); CUDA_CHECK(cudaEventSynchronize(b));
-            float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms * 1000);
-        }
-        CUDA_CHECK(cudaGetLastError());
-        std::sort(t.begin(), t.end()); return t[t.size() / 2];
-    };
+    bench::Timer timer;
+    const auto median = [&](auto f) { return timer.median_us(f, 30); };
     const float alpha = 1, beta = 0;
     const float cublas = median([&] { cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, N, D, &alpha, X, CUDA_R_16BF, D, X, CUDA_R_16BF, D, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT); });
     const float ours = median([&] { pairwise_cosine(X, dist, mean, work, N, D); });
