@@ -281,6 +281,23 @@ TEST(GemmLayout, WgmmaDescriptorBits) {
     EXPECT_EQ(course::wgmma_descriptor_field(0x3FFF0), 0x3FFFu);
 }
 
+// Advancing a descriptor is making it afresh at the farther address, for both layouts, over the
+// shared addresses a block can have (under 227 KB), with the high word untouched.
+TEST(GemmLayout, WgmmaDescriptorAdvanceIsTheDescriptorFurtherOn) {
+    for (std::uint32_t start : {0x0u, 0x400u, 0x1400u, 0x20000u}) {
+        const std::uint64_t k_major = course::wgmma_descriptor_k_major_128b(start);
+        const std::uint64_t mn_major = course::wgmma_descriptor_mn_major_128b(start, 128 * 128);
+        for (int bytes : {32, 96, 8 * 1024 + 32, 5 * 32 * 1024, 227 * 1024 - 0x20000 - 16}) {
+            if (start + bytes >= 227 * 1024) continue;
+            SCOPED_TRACE("start " + std::to_string(start) + " + " + std::to_string(bytes));
+            EXPECT_EQ(course::wgmma_descriptor_advance(k_major, bytes),
+                      course::wgmma_descriptor_k_major_128b(start + bytes));
+            EXPECT_EQ(course::wgmma_descriptor_advance(mn_major, bytes),
+                      course::wgmma_descriptor_mn_major_128b(start + bytes, 128 * 128));
+        }
+    }
+}
+
 TEST(GemmLayout, WgmmaMnMajorDescriptorBits) {
     // V tiles of 128 keys x 64 d (16 KB each): the leading byte offset is the distance from d 0-63
     // to d 64-127, the stride byte offset that of 8 key rows (1024 bytes), 128-byte swizzle.

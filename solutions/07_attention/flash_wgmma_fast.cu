@@ -155,20 +155,12 @@ constexpr bool kUniformConsumer = true;
 // build; 33 in the tenth session's), and the softmax no longer runs under P V.
 constexpr bool kWaitInRescaleBranch = true;
 
-// A wgmma descriptor `bytes` further into shared memory: its address field (bits 0-13, the
-// address / 16) takes the sum in place, shared memory being under 256 KB (no carry out). The
-// products below add constants to a few descriptors made once, where each made afresh costs
-// some 5 integer instructions per wgmma: about 5% of a consumer's instructions per tile at D 64.
-__device__ inline std::uint64_t advance(std::uint64_t descriptor, int bytes) {
-    // The field is in the low word: added there alone, the high word is left as it is (a 64-bit
-    // add would carry into it, in two instructions and a few moves).
-    const std::uint32_t low = static_cast<std::uint32_t>(descriptor) + (bytes >> 4);
-    return (descriptor & 0xFFFFFFFF00000000ull) | low;
-}
-
 // The readable issue_scores with the descriptors made once: S = Q K^T for a consumer's 64 rows
 // (q: its rows of the Q tile) and the tile's kBlockN keys (k: the stage's K tile), both K-major,
-// the k16 steps 32 bytes apart in a 128-byte row, the next 64 d a chunk further.
+// the k16 steps 32 bytes apart in a 128-byte row, the next 64 d a chunk further. The products
+// here and below add constants to a few descriptors (course::wgmma_descriptor_advance), where
+// each made afresh costs some 5 integer instructions per wgmma: about 5% of a consumer's
+// instructions per tile at D 64.
 template <int kD, int kBlockM>
 __device__ void issue_scores(float (&s)[kScores], std::uint64_t q, std::uint64_t k) {
     hopper::fence_accumulators(s);
@@ -176,8 +168,9 @@ __device__ void issue_scores(float (&s)[kScores], std::uint64_t q, std::uint64_t
 #pragma unroll
     for (int kk = 0; kk < kD / kWgmmaK; ++kk) {
         const int chunk = kk / (kChunkCols / kWgmmaK), step = kk % (kChunkCols / kWgmmaK);
-        hopper::wgmma_m64n128k16<0>(s, advance(q, chunk * kBlockM * 128 + 32 * step),
-                                    advance(k, chunk * kBlockN * 128 + 32 * step), kk > 0);
+        hopper::wgmma_m64n128k16<0>(
+            s, course::wgmma_descriptor_advance(q, chunk * kBlockM * 128 + 32 * step),
+            course::wgmma_descriptor_advance(k, chunk * kBlockN * 128 + 32 * step), kk > 0);
     }
     hopper::wgmma_commit();
 }
@@ -257,7 +250,7 @@ __device__ void issue_output(float (&o)[kD / 2], PFragments& p, std::uint64_t v)
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / kWgmmaK; ++kk) {
-        const std::uint64_t b = advance(v, kk * kWgmmaK * 128);
+        const std::uint64_t b = course::wgmma_descriptor_advance(v, kk * kWgmmaK * 128);
         if constexpr (kD == 64)
             wgmma_rs_m64n64k16(o, p[kk], b);
         else
@@ -401,8 +394,12 @@ __global__ void __launch_bounds__(Shape<kD, kConsumers>::kThreads, 1)
         course::wgmma_descriptor_k_major_128b(hopper::shared_address(k_tile(0)));
     const std::uint64_t v_stage0 =
         course::wgmma_descriptor_mn_major_128b(hopper::shared_address(v_tile(0)), kBlockN * 128);
-    const auto k_descriptor = [&](int stage) { return advance(k_stage0, stage * 2 * S::kKVBytes); };
-    const auto v_descriptor = [&](int stage) { return advance(v_stage0, stage * 2 * S::kKVBytes); };
+    const auto k_descriptor = [&](int stage) {
+        return course::wgmma_descriptor_advance(k_stage0, stage * 2 * S::kKVBytes);
+    };
+    const auto v_descriptor = [&](int stage) {
+        return course::wgmma_descriptor_advance(v_stage0, stage * 2 * S::kKVBytes);
+    };
     constexpr float kLog2e = 1.4426950408889634f;
     const float scale_log2 = scale * kLog2e;  // exp(scale * x) = exp2(scale_log2 * x)
     // The turns, in a ring: this consumer issues its products after the previous one's bar.arrive

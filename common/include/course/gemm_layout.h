@@ -143,6 +143,16 @@ COURSE_LAYOUT_FN std::uint64_t wgmma_descriptor_k_major_128b(std::uint32_t smem_
     return wgmma_descriptor(smem_address, 16, 8 * kSwizzleRowBytes, WgmmaSwizzle::k128B);
 }
 
+// A descriptor `bytes` further into shared memory (a multiple of 16): its address field (bits
+// 0-13, the address / 16) takes the sum in place, shared memory being under 256 KB (no carry
+// out), and the low word alone changes (a 64-bit add would carry into the high word, in more
+// instructions). A loop of wgmma adds constants to a few descriptors made once, where each
+// made afresh costs some 5 to 10 integer instructions per wgmma.
+COURSE_LAYOUT_FN std::uint64_t wgmma_descriptor_advance(std::uint64_t descriptor, int bytes) {
+    const std::uint32_t low = static_cast<std::uint32_t>(descriptor) + (bytes >> 4);
+    return (descriptor & 0xFFFFFFFF00000000ull) | low;
+}
+
 // An N-major B (stored K x N, N contiguous: attention's V, [key][d]) in tiles of 128-byte rows
 // (64 bf16 of n per row, one row per k) as TMA writes them with the 128-byte swizzle, each tile
 // on a 1024-byte boundary and `tile_bytes` after the previous one (n 64 .. 127 in the second).
