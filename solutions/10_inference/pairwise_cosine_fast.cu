@@ -465,9 +465,7 @@ void pairwise_cosine(const __nv_bfloat16* X, float* distances, float* mean, floa
         throw std::runtime_error("pairwise_cosine: needs " + std::to_string(kSharedBytes) +
                                  " bytes of shared memory per block; " + std::to_string(available) +
                                  " here");
-    int device = 0, multiprocessors = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    const int multiprocessors = course::multiprocessor_count();
     // hopper::tensor_map takes the tensor-core exercises' element, bf16 wherever this runs.
     const auto* matrix = reinterpret_cast<const course::TensorElement*>(X);
     const CUtensorMap map = hopper::tensor_map(matrix, N, D, kBM, kBK);
