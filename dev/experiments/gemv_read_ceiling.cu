@@ -147,13 +147,7 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
 #pragma unroll
                 for (int v = 0; v < 4; ++v) x8[v] = g == 0 ? xp[v] : uint4{};
                 float sum[4] = {};
-#pragma unroll
-                for (int s = 0; s < 8; ++s) {
-                    std::uint32_t a[4], b0, b1;
-                    a_fragment(wg, wg8, s, pair136, a);
-                    b_fragment(x8[s / 2], s, b0, b1);
-                    tc::mma_bf16(sum, a, b0, b1);
-                }
+                group_products(wg, wg8, x8, pair136, sum);
                 c0 += sum[0] * s_g;
                 c2 += sum[2] * s_g8;
             }

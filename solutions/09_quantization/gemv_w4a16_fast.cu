@@ -225,6 +225,19 @@ __device__ void b_fragment(const uint4& x8, int s, std::uint32_t& b0, std::uint3
     b1 = __byte_perm(first, second, 0x7632);  // the high halves: x_{2h+1}, x_{2h+5}
 }
 
+// One group's products (32 k per lane, 128 per row) of the lane's rows g and g + 8 with 8 tokens'
+// x (x8: the uint4s under the lane's words): its 8 k16 steps into the C fragment `sum`.
+__device__ void group_products(const uint4& w_g, const uint4& w_g8, const uint4 (&x8)[4],
+                               std::uint32_t pair136, float (&sum)[4]) {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        std::uint32_t a[4], b0, b1;
+        a_fragment(w_g, w_g8, s, pair136, a);
+        b_fragment(x8[s / 2], s, b0, b1);
+        tc::mma_bf16(sum, a, b0, b1);
+    }
+}
+
 // Block b computes rows 16 b .. 16 b + 15 for every token; its warps split K by groups and each
 // holds, per lane, the C fragments of its groups' sum: c[j][0..1] rows g, tokens 8 j + 2 t, + 1;
 // c[j][2..3] row g + 8. A group's 8 k16 steps accumulate into a zeroed fragment, which is then
@@ -311,13 +324,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm / kTokenTiles)
             for (int v = 0; v < 4; ++v) x8[v] = 8 * j + g < M ? __ldg(x_at[j] + v) : uint4{};
             x_at[j] += 4 * kLoadsPerGroup * kWarps;
             float sum[4] = {};
-#pragma unroll
-            for (int s = 0; s < 8; ++s) {
-                std::uint32_t a[4], b0, b1;
-                a_fragment(w_g, w_g8, s, pair136, a);
-                b_fragment(x8[s / 2], s, b0, b1);
-                tc::mma_bf16(sum, a, b0, b1);
-            }
+            group_products(w_g, w_g8, x8, pair136, sum);
             c[j][0] += sum[0] * scale_g;
             c[j][1] += sum[1] * scale_g;
             c[j][2] += sum[2] * scale_g8;
