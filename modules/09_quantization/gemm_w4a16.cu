@@ -34,10 +34,14 @@ __global__ void gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* x, c
     // TODO: block (bx, by): 64 columns of y (4 warps x 2 n8 tiles), groups by * per_split .. of K,
     //       all M rows as kTilesM m16 tiles; float acc[2][kTilesM][4] = {}.
     // TODO: per group, the weights: the lane's uint4 of each n8 tile (tiled[(tile * groups +
-    //       group) * 32 + lane]) and the scales of its two columns (2 (lane % 4), + 1), kept in a
-    //       ring of kAhead groups of registers (4 up to 32 tokens, 2 beyond; the group loop
-    //       unrolled by kAhead so that the slot index is a constant): load the slice's first
-    //       kAhead groups, and refill each slot with the group kAhead later once it is computed.
+    //       group) * 32 + lane]), kept in a ring of kAhead groups of registers (4 up to 32
+    //       tokens, 2 beyond; the group loop unrolled by kAhead so that the slot index is a
+    //       constant): load the slice's first kAhead groups, and refill each slot with the group
+    //       kAhead later once it is computed.
+    // TODO: the scales of the block's 64 columns for its slice (at most 32 groups) into a
+    //       __shared__ float [64][33] once, before the loop: consecutive threads on consecutive
+    //       groups of a column, every load issued before any store; per group, a lane reads its
+    //       two columns' (2 (lane % 4), + 1) there.
     // TODO: per group, x: two shared tiles (16 kTilesM rows x 128, tc::swizzled<128>); the first
     //       group's tile copied before the loop with tc::cp_async_16 (rows past M: valid false,
     //       zeros) and tc::cp_async_commit(); each group: tc::cp_async_wait<0>(), __syncthreads()
@@ -61,7 +65,7 @@ void gemm_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t*
         throw std::runtime_error("gemm_w4a16: bf16 mma.sync needs device code for sm_80 or newer");
     // TODO: kTilesM = ceil_div(M, 16) (a switch over 1 .. 4); splits of K: as many as one wave
     //       holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor x cudaDevAttrMultiProcessorCount,
-    //       over ceil_div(N, 64)), but slices of 8 groups at least; cudaMemsetAsync(y, 0, ...);
+    //       over ceil_div(N, 64)), but slices of 8 to 32 groups; cudaMemsetAsync(y, 0, ...);
     //       grid (ceil_div(N, 64), splits) of 128 threads; CUDA_CHECK_LAUNCH().
     COURSE_TODO("gemm_w4a16: write gemm_w4a16_kernel and launch it, then delete this line");
 }

@@ -6,7 +6,8 @@
 // loads its own fragments for 8 k16 steps with one 16-byte load: no shared memory, no ldmatrix
 // for the weights); INT4 to bf16 without a conversion instruction (the nibble under the exponent
 // of bf16's 128, one shift, one mask-and-xor, one bf16x2 subtraction: exact); a group scale
-// applied to the group's partial sums in float32, not to every weight; enough weights in flight to
+// applied to the group's partial sums in float32, not to every weight, and the scales' scattered
+// 4-byte reads made once per block, coalesced, into shared memory; enough weights in flight to
 // feed a memory-bound kernel: a ring of groups in registers, refilled as each is used; the
 // activations through two shared tiles (cp.async and ldmatrix, module 05), one barrier a group;
 // split-K, so that a few tokens still fill the GPU: each block sums a slice of K and adds its part
@@ -35,6 +36,7 @@ constexpr int kBlockN = kWarps * kTilesPerWarp * 8;  // 64 columns of y per bloc
 constexpr int kSteps = kInt4Group / 16;              // k16 steps per group: 8
 constexpr int kChunksPerRow = kInt4Group / 8;        // 16-byte chunks of an x tile row: 16
 constexpr int kMinSlice = 8;                         // groups in a slice of K, at least
+constexpr int kMaxSlice = 32;                        // and at most: the scales' shared tile
 // Groups of W a warp has in flight (a ring of registers): enough to cover the latency of a load
 // behind the arithmetic of the groups before it. 4 up to 32 tokens, where a group's arithmetic is
 // short; 2 beyond, where it is up to 4 times longer and the registers of a deeper ring would cost
@@ -117,42 +119,63 @@ __device__ void copy_x_tile(__nv_bfloat16* tile, const __nv_bfloat16* x, int M, 
     tc::cp_async_commit();
 }
 
-// A lane's weights for one group: its 16 bytes of each of the warp's n8 tiles, and the scales of
-// the two columns of y it holds in each tile's accumulators (columns 2 (lane % 4) and + 1).
+// A lane's weights for one group: its 16 bytes of each of the warp's n8 tiles.
 struct GroupWeights {
     uint4 bits[kTilesPerWarp];
-    float scale[kTilesPerWarp][2];
 };
 
-__device__ GroupWeights load_group(const uint4* tiled, const float* scales, int K, int first_tile,
-                                   int tiles, int group, int lane) {
+__device__ GroupWeights load_group(const uint4* tiled, int K, int first_tile, int tiles, int group,
+                                   int lane) {
     const int groups = K / kInt4Group;
     GroupWeights g{};
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
         const int tile = first_tile + j;
-        if (tile >= tiles) continue;
-        g.bits[j] = tiled[(static_cast<std::size_t>(tile) * groups + group) * 32 + lane];
-        const int col = 8 * tile + 2 * (lane % 4);
-        g.scale[j][0] = scales[static_cast<std::size_t>(col) * groups + group];
-        g.scale[j][1] = scales[static_cast<std::size_t>(col + 1) * groups + group];
+        if (tile < tiles)
+            g.bits[j] = tiled[(static_cast<std::size_t>(tile) * groups + group) * 32 + lane];
     }
     return g;
 }
 
+// The scales of the block's 64 columns for its slice of groups, into shared memory, once. Read
+// where they are used, a lane's 4 scales a group would be 4-byte loads 8 sectors apart for a warp
+// (column n of y is row n of W: scales[n * groups + group]): as many sector requests as W's own
+// loads, each for 4 useful bytes of 32. Here consecutive threads take consecutive groups of a
+// column, and every load is issued before any store (the loops unrolled).
+__device__ void load_slice_scales(float (*slice_scales)[kMaxSlice + 1], const float* scales, int N,
+                                  int K, int column0, int begin, int length) {
+    const int groups = K / kInt4Group;
+    float value[kBlockN * kMaxSlice / kThreads];
+#pragma unroll
+    for (int n = 0; n < kBlockN * kMaxSlice / kThreads; ++n) {
+        const int i = threadIdx.x + n * kThreads;
+        const int column = column0 + i / length, group = begin + i % length;
+        value[n] = i < kBlockN * length && column < N
+                       ? scales[static_cast<std::size_t>(column) * groups + group]
+                       : 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < kBlockN * kMaxSlice / kThreads; ++n) {
+        const int i = threadIdx.x + n * kThreads;
+        if (i < kBlockN * length) slice_scales[i / length][i % length] = value[n];
+    }
+}
+
 // Block (bx, by): columns 64 bx .. 64 bx + 63 of y (warp w: n8 tiles 8 bx + 2 w, + 1), groups
-// by * per_split .. of K, all M rows (kTilesM m16 tiles). W streams through a ring of kAhead
-// groups of registers: as soon as a group is computed, its slot is refilled with the group kAhead
-// later, so that kAhead - 1 to kAhead groups of W are in flight behind the arithmetic. x goes
-// through two shared tiles: the next group's is copied (cp.async) while this group's is read, so
-// one barrier a group suffices. Per group: 8 k16 steps of ldmatrix (A) and mma with B dequantized
-// from registers, into partial sums that the group's scales then add to the accumulators.
+// by * per_split .. of K (at most kMaxSlice), all M rows (kTilesM m16 tiles), the slice's scales
+// in shared memory. W streams through a ring of kAhead groups of registers: as soon as a group is
+// computed, its slot is refilled with the group kAhead later, so that kAhead - 1 to kAhead groups
+// of W are in flight behind the arithmetic. x goes through two shared tiles: the next group's is
+// copied (cp.async) while this group's is read, so one barrier a group suffices. Per group: 8 k16
+// steps of ldmatrix (A) and mma with B dequantized from registers, into partial sums that the
+// group's scales then add to the accumulators.
 template <int kTilesM>
 __global__ void __launch_bounds__(kThreads)
     gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
                       const uint4* __restrict__ tiled, const float* __restrict__ scales,
                       float* __restrict__ y, int per_split) {
     __shared__ alignas(16) __nv_bfloat16 x_tiles[2][kTilesM * 16 * kInt4Group];
+    __shared__ float slice_scales[kBlockN][kMaxSlice + 1];  // + 1: a lane's 4 columns, 4 banks
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tiles = N / 8;
     const int first_tile = blockIdx.x * (kBlockN / 8) + warp * kTilesPerWarp;
@@ -165,9 +188,9 @@ __global__ void __launch_bounds__(kThreads)
     GroupWeights ring[kAhead<kTilesM>];
 #pragma unroll
     for (int d = 0; d < kAhead<kTilesM>; ++d)
-        if (begin + d < end)
-            ring[d] = load_group(tiled, scales, K, first_tile, tiles, begin + d, lane);
+        if (begin + d < end) ring[d] = load_group(tiled, K, first_tile, tiles, begin + d, lane);
     copy_x_tile<kTilesM * 16>(x_tiles[0], x, M, K, begin);
+    load_slice_scales(slice_scales, scales, N, K, blockIdx.x * kBlockN, begin, end - begin);
 
     float acc[kTilesPerWarp][kTilesM][4] = {};
     for (int base = begin; base < end; base += kAhead<kTilesM>) {
@@ -177,8 +200,9 @@ __global__ void __launch_bounds__(kThreads)
             if (group >= end) break;
             const GroupWeights& now = ring[d];
             tc::cp_async_wait<0>();
-            // This group's x tile is complete, and every warp is done with the other tile (it
-            // read it for the previous group) before the next group's copy overwrites it.
+            // This group's x tile is complete (and the first time, the scales are stored), and
+            // every warp is done with the other tile (it read it for the previous group) before
+            // the next group's copy overwrites it.
             __syncthreads();
             const __nv_bfloat16* x_tile = x_tiles[(group - begin) % 2];
             if (group + 1 < end)
@@ -203,15 +227,18 @@ __global__ void __launch_bounds__(kThreads)
             // Accumulators 0 and 2 are column 2 (lane % 4) of the tile, 1 and 3 the next one
             // (course::mma_c_element): each takes its column's scale.
 #pragma unroll
-            for (int j = 0; j < kTilesPerWarp; ++j)
+            for (int j = 0; j < kTilesPerWarp; ++j) {
+                const int column = kTilesPerWarp * 8 * warp + 8 * j + 2 * (lane % 4);
+                const float scale[2] = {slice_scales[column][group - begin],
+                                        slice_scales[column + 1][group - begin]};
 #pragma unroll
                 for (int i = 0; i < kTilesM; ++i)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[j][i][e] += part[j][i][e] * now.scale[j][e % 2];
+                    for (int e = 0; e < 4; ++e) acc[j][i][e] += part[j][i][e] * scale[e % 2];
+            }
             // The slot is free: refill it with the group kAhead later.
             if (group + kAhead<kTilesM> < end)
-                ring[d] =
-                    load_group(tiled, scales, K, first_tile, tiles, group + kAhead<kTilesM>, lane);
+                ring[d] = load_group(tiled, K, first_tile, tiles, group + kAhead<kTilesM>, lane);
         }
     }
 
@@ -253,10 +280,12 @@ void launch(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* til
     // blocks, and a token's worth of work per block would leave most SMs idle; a second, partial
     // wave would leave them idle at the end instead. But not into slices shorter than kMinSlice
     // groups: a shorter one never fills its ring, and its atomics cost as much as a long one's.
+    // Nor longer than kMaxSlice, the scales' tile (K past 4096 with many columns: more slices).
     const int groups = K / kInt4Group;
     const int column_blocks = course::ceil_div(N, kBlockN);
-    const int splits =
+    const int one_wave =
         std::clamp(wave_blocks<kTilesM>() / column_blocks, 1, std::max(1, groups / kMinSlice));
+    const int splits = std::max(one_wave, course::ceil_div(groups, kMaxSlice));
     const int per_split = course::ceil_div(groups, splits);
     CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(M) * N * sizeof(float)));
     const dim3 grid(column_blocks, course::ceil_div(groups, per_split));
