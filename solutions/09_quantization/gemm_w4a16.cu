@@ -144,10 +144,11 @@ __device__ GroupWeights load_group(const uint4* tiled, int K, int first_tile, in
 // column, and every load is issued before any store (the loops unrolled).
 __device__ void load_slice_scales(float (*slice_scales)[kMaxSlice + 1], const float* scales, int N,
                                   int K, int column0, int begin, int length) {
+    constexpr int kPerThread = kBlockN * kMaxSlice / kThreads;  // 16 scales at most
     const int groups = K / kInt4Group;
-    float value[kBlockN * kMaxSlice / kThreads];
+    float value[kPerThread];
 #pragma unroll
-    for (int n = 0; n < kBlockN * kMaxSlice / kThreads; ++n) {
+    for (int n = 0; n < kPerThread; ++n) {
         const int i = threadIdx.x + n * kThreads;
         const int column = column0 + i / length, group = begin + i % length;
         value[n] = i < kBlockN * length && column < N
@@ -155,7 +156,7 @@ __device__ void load_slice_scales(float (*slice_scales)[kMaxSlice + 1], const fl
                        : 0.0f;
     }
 #pragma unroll
-    for (int n = 0; n < kBlockN * kMaxSlice / kThreads; ++n) {
+    for (int n = 0; n < kPerThread; ++n) {
         const int i = threadIdx.x + n * kThreads;
         if (i < kBlockN * length) slice_scales[i / length][i % length] = value[n];
     }
