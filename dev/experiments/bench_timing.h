@@ -26,6 +26,27 @@ __global__ void read_through_kernel(const float4* buffer, std::size_t count, flo
     if (sum == 12345.678f) *sink = sum;
 }
 
+// A pure read of `n` uint4s (W, say), `kLoads` of them in flight a thread, streamed (__ldcs): the
+// read ceiling the benches hold a kernel that reads the same bytes against.
+template <int kLoads>
+__global__ void read_kernel(const uint4* __restrict__ w, std::size_t n, unsigned* out) {
+    unsigned acc = 0;
+    const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+    std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (; i + (kLoads - 1) * stride < n; i += kLoads * stride) {
+        uint4 v[kLoads];
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) v[j] = __ldcs(w + i + j * stride);
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 v = __ldcs(w + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) *out = acc;  // never: keeps the loads
+}
+
 class Timer {
   public:
     static constexpr std::size_t kFlushBytes = std::size_t(100) << 20;  // twice an H100's L2

@@ -20,40 +20,22 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <cmath>
 #include <vector>
 
-#include "hopper.h"
-#include "gemv_w4a16_fast.cu"  // gemv_w4a16(): the fast reference as committed; readable:: helpers
 #include "bench_timing.h"
-
-
-// ---- pure readers ----
-template <int kLoads>
-__global__ void read_kernel(const uint4* __restrict__ w, std::size_t n, unsigned* out) {
-    unsigned acc = 0;
-    const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-    std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    for (; i + (kLoads - 1) * stride < n; i += kLoads * stride) {
-        uint4 v[kLoads];
-#pragma unroll
-        for (int j = 0; j < kLoads; ++j) v[j] = __ldcs(w + i + j * stride);
-#pragma unroll
-        for (int j = 0; j < kLoads; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
-    }
-    for (; i < n; i += stride) { uint4 v = __ldcs(w + i); acc ^= v.x ^ v.y ^ v.z ^ v.w; }
-    if (acc == 0x12345678u) *out = acc;
-}
+#include "gemv_w4a16_fast.cu"  // gemv_w4a16(): the fast reference as committed; readable:: helpers
+#include "hopper.h"
 
 // ---- the bulk-copy ring GEMV, one token, INT4 ----
 __device__ inline void bulk_load(void* dst, const void* src, int bytes, std::uint64_t* bar) {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            hopper::shared_address(dst)),
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+        "[%3];\n" ::"r"(hopper::shared_address(dst)),
         "l"(src), "r"(bytes), "r"(hopper::shared_address(bar))
         : "memory");
 }
@@ -63,9 +45,9 @@ __device__ inline void bulk_load(void* dst, const void* src, int bytes, std::uin
 constexpr int kRows = 16;  // a unit: 16 rows of W, all of K
 template <int kChunk, int kStages, int kConsumerWarps>
 struct Ring {
-    static constexpr int kRowBytes = kChunk / 2;        // a row's bytes in a stage
-    static constexpr int kRowStride = kRowBytes + 64;   // padded: rows g, g + 1 in other banks
-    static constexpr int kGroups = kChunk / 128;        // groups of a row in a stage
+    static constexpr int kRowBytes = kChunk / 2;       // a row's bytes in a stage
+    static constexpr int kRowStride = kRowBytes + 64;  // padded: rows g, g + 1 in other banks
+    static constexpr int kGroups = kChunk / 128;       // groups of a row in a stage
     static constexpr int kWBytes = kRows * kRowStride;
     static constexpr int kScaleBytes = kRows * kGroups * 4;
     static constexpr int kStageBytes = kWBytes + kScaleBytes;
@@ -74,8 +56,9 @@ struct Ring {
 
 template <int kChunk, int kStages, int kConsumerWarps>
 __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThreads)
-    stream_gemv(int N, int K, const __nv_bfloat16* __restrict__ x, const std::uint8_t* __restrict__ W,
-                const float* __restrict__ scales, float* __restrict__ y, std::uint32_t pair136) {
+    stream_gemv(int N, int K, const __nv_bfloat16* __restrict__ x,
+                const std::uint8_t* __restrict__ W, const float* __restrict__ scales,
+                float* __restrict__ y, std::uint32_t pair136) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using R = Ring<kChunk, kStages, kConsumerWarps>;
     extern __shared__ __align__(128) std::uint8_t smem[];
@@ -114,15 +97,19 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
                 std::uint8_t* dst = stages + stage * R::kStageBytes;
                 if (lane < rows) {
                     const std::size_t n = row0 + lane;
-                    bulk_load(dst + lane * R::kRowStride, W + n * K / 2 + std::size_t(c) * R::kRowBytes,
-                              R::kRowBytes, &full[stage]);
+                    bulk_load(dst + lane * R::kRowStride,
+                              W + n * K / 2 + std::size_t(c) * R::kRowBytes, R::kRowBytes,
+                              &full[stage]);
                 } else if (lane >= 16 && lane - 16 < rows) {
                     const std::size_t n = row0 + lane - 16;
                     bulk_load(dst + R::kWBytes + (lane - 16) * R::kGroups * 4,
                               scales + n * groups_per_row + c * R::kGroups, R::kGroups * 4,
                               &full[stage]);
                 }
-                if (++stage == kStages) { stage = 0; phase ^= 1; }
+                if (++stage == kStages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
             }
         }
         return;
@@ -138,12 +125,14 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
             const std::uint8_t* st = stages + stage * R::kStageBytes;
             const float* sc = reinterpret_cast<const float*>(st + R::kWBytes);
             for (int G = warp; G < R::kGroups; G += kConsumerWarps) {
-                const uint4 wg = *reinterpret_cast<const uint4*>(st + g * R::kRowStride + (4 * G + t) * 16);
-                const uint4 wg8 =
-                    *reinterpret_cast<const uint4*>(st + (g + 8) * R::kRowStride + (4 * G + t) * 16);
+                const uint4 wg =
+                    *reinterpret_cast<const uint4*>(st + g * R::kRowStride + (4 * G + t) * 16);
+                const uint4 wg8 = *reinterpret_cast<const uint4*>(st + (g + 8) * R::kRowStride +
+                                                                  (4 * G + t) * 16);
                 const float s_g = sc[g * R::kGroups + G], s_g8 = sc[(g + 8) * R::kGroups + G];
                 uint4 x8[4];
-                const uint4* xp = reinterpret_cast<const uint4*>(xs + std::size_t(c) * kChunk + 128 * G + 32 * t);
+                const uint4* xp =
+                    reinterpret_cast<const uint4*>(xs + std::size_t(c) * kChunk + 128 * G + 32 * t);
 #pragma unroll
                 for (int v = 0; v < 4; ++v) x8[v] = g == 0 ? xp[v] : uint4{};
                 float sum[4] = {};
@@ -153,10 +142,16 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
             }
             __syncwarp();
             if (lane == 0) hopper::mbarrier_arrive(&empty[stage]);
-            if (++stage == kStages) { stage = 0; phase ^= 1; }
+            if (++stage == kStages) {
+                stage = 0;
+                phase ^= 1;
+            }
         }
         // The unit's rows: a lane t = 0 of each g holds rows g, g + 8.
-        if (t == 0) { partial[warp][g] = c0; partial[warp][g + 8] = c2; }
+        if (t == 0) {
+            partial[warp][g] = c0;
+            partial[warp][g + 8] = c2;
+        }
         hopper::named_barrier_sync(1, 32 * kConsumerWarps);
         if (threadIdx.x < kRows && unit * kRows + threadIdx.x < N) {
             float total = 0.0f;
@@ -168,16 +163,20 @@ __global__ void __launch_bounds__(Ring<kChunk, kStages, kConsumerWarps>::kThread
 #endif
 }
 
-
 // ---- host ----
-static float bf16_to_float(std::uint16_t b) { std::uint32_t u = std::uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; }
-
+static float bf16_to_float(std::uint16_t b) {
+    std::uint32_t u = std::uint32_t(b) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 // The bulk-copy ring's launch at N x K with `blocks_per_sm` blocks an SM (its shared memory
 // opted into first), or an empty function where its stages and x do not fit an SM.
 template <int kChunk, int kStages, int kWarps>
 std::function<void()> stream_launcher(int N, int K, int blocks_per_sm, const __nv_bfloat16* x,
-                                      const std::uint8_t* W, const float* scales, float* y, int sms) {
+                                      const std::uint8_t* W, const float* scales, float* y,
+                                      int sms) {
     using R = Ring<kChunk, kStages, kWarps>;
     const int smem = kStages * R::kStageBytes + K * 2;
     if (smem > 227 * 1024) return {};
@@ -189,12 +188,16 @@ std::function<void()> stream_launcher(int N, int K, int blocks_per_sm, const __n
 
 int main() {
     setvbuf(stdout, nullptr, _IONBF, 0);
-    int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaDeviceProp prop; cudaGetDeviceProperties(&prop, 0);
+    int sms;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
     printf("%s, %d SMs\n", prop.name, sms);
     bench::Timer T;
-    unsigned* out; CUDA_CHECK(cudaMalloc(&out, 4));
-    const int shapes[][2] = {{8192, 8192}, {8192, 4096}, {8192, 16384}, {4096, 8192}, {8192, 32768}, {3072, 768}};
+    unsigned* out;
+    CUDA_CHECK(cudaMalloc(&out, 4));
+    const int shapes[][2] = {{8192, 8192}, {8192, 4096},  {8192, 16384},
+                             {4096, 8192}, {8192, 32768}, {3072, 768}};
     for (auto& sh : shapes) {
         const int N = sh[0], K = sh[1];
         const std::size_t wbytes = std::size_t(N) * K / 2, sbytes = std::size_t(N) * (K / 128) * 4;
@@ -202,40 +205,80 @@ int main() {
         std::vector<float> hs(std::size_t(N) * (K / 128));
         std::vector<std::uint16_t> hx(K);
         std::uint64_t st = 12345 + N + K;
-        auto rnd = [&] { st = st * 6364136223846793005ull + 1442695040888963407ull; return std::uint32_t(st >> 33); };
+        auto rnd = [&] {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            return std::uint32_t(st >> 33);
+        };
         for (auto& b : hW) b = rnd() & 0xFF;
         for (auto& s : hs) s = 0.001f + (rnd() % 1000) * 1e-5f;
-        for (auto& v : hx) { float f = (int(rnd() % 2001) - 1000) * 1e-3f; std::uint32_t u; memcpy(&u, &f, 4); v = u >> 16; }
-        std::uint8_t *dW, *dcopy; float *ds, *dy; __nv_bfloat16* dx;
-        CUDA_CHECK(cudaMalloc(&dW, wbytes)); CUDA_CHECK(cudaMalloc(&dcopy, wbytes)); CUDA_CHECK(cudaMalloc(&ds, sbytes));
-        CUDA_CHECK(cudaMalloc(&dy, N * 4)); CUDA_CHECK(cudaMalloc(&dx, K * 2));
+        for (auto& v : hx) {
+            float f = (int(rnd() % 2001) - 1000) * 1e-3f;
+            std::uint32_t u;
+            memcpy(&u, &f, 4);
+            v = u >> 16;
+        }
+        std::uint8_t *dW, *dcopy;
+        float *ds, *dy;
+        __nv_bfloat16* dx;
+        CUDA_CHECK(cudaMalloc(&dW, wbytes));
+        CUDA_CHECK(cudaMalloc(&dcopy, wbytes));
+        CUDA_CHECK(cudaMalloc(&ds, sbytes));
+        CUDA_CHECK(cudaMalloc(&dy, N * 4));
+        CUDA_CHECK(cudaMalloc(&dx, K * 2));
         CUDA_CHECK(cudaMemcpy(dW, hW.data(), wbytes, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(ds, hs.data(), sbytes, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(dx, hx.data(), K * 2, cudaMemcpyHostToDevice));
         const double moved = wbytes + sbytes + 2.0 * K + 4.0 * N;
-        const float copy = T.median_us([&] { cudaMemcpyAsync(dcopy, dW, wbytes, cudaMemcpyDeviceToDevice); });
+        const float copy =
+            T.median_us([&] { cudaMemcpyAsync(dcopy, dW, wbytes, cudaMemcpyDeviceToDevice); });
         CUDA_CHECK(cudaGetLastError());
         const double copy_rate = 2.0 * wbytes / copy / 1e3;  // GB/s
-        printf("\nN %d K %d: W+scales %.2f MB; copy of W %.1f us (%.0f GB/s)\n", N, K, moved / 1e6, copy, copy_rate);
+        printf("\nN %d K %d: W+scales %.2f MB; copy of W %.1f us (%.0f GB/s)\n", N, K, moved / 1e6,
+               copy, copy_rate);
         auto report = [&](const char* name, float us, double bytes = 0) {
             const double rate = (bytes > 0 ? bytes : moved) / us / 1e3;
-            printf("  %-34s %7.1f us %7.0f GB/s  %5.1f%% of copy\n", name, us, rate, 100 * rate / copy_rate);
+            printf("  %-34s %7.1f us %7.0f GB/s  %5.1f%% of copy\n", name, us, rate,
+                   100 * rate / copy_rate);
         };
         const std::size_t n16 = wbytes / 16;  // the readers read W alone
         {
             // What the copy's writes cost after its end event: a copy then a flush of 100 MB in one
             // window, against the two alone (dirty lines that L2 held are written back during the
             // flush). The same for a reader, whose lines are clean.
-            const auto copy_f = [&] { cudaMemcpyAsync(dcopy, dW, wbytes, cudaMemcpyDeviceToDevice); };
-            const auto read_f = [&] { read_kernel<4><<<sms * 16, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out); };
-            const float f = T.median_us([&] { T.flush_l2(); }), c = T.median_us(copy_f), r = T.median_us(read_f);
-            const float cf = T.median_us([&] { copy_f(); T.flush_l2(); }), rf = T.median_us([&] { read_f(); T.flush_l2(); });
-            printf("  flush of 100 MB alone %.1f us; copy %.1f, copy + flush %.1f (after its end: %.1f us); read %.1f, read + flush %.1f (after: %.1f us)\n",
-                   f, c, cf, cf - f - c, r, rf, rf - f - r);
+            const auto copy_f = [&] {
+                cudaMemcpyAsync(dcopy, dW, wbytes, cudaMemcpyDeviceToDevice);
+            };
+            const auto read_f = [&] {
+                bench::read_kernel<4>
+                    <<<sms * 16, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out);
+            };
+            const float f = T.median_us([&] { T.flush_l2(); }), c = T.median_us(copy_f),
+                        r = T.median_us(read_f);
+            const float cf = T.median_us([&] {
+                copy_f();
+                T.flush_l2();
+            }),
+                        rf = T.median_us([&] {
+                            read_f();
+                            T.flush_l2();
+                        });
+            printf(
+                "  flush of 100 MB alone %.1f us; copy %.1f, copy + flush %.1f (after its end: "
+                "%.1f us); read %.1f, read + flush %.1f (after: %.1f us)\n",
+                f, c, cf, cf - f - c, r, rf, rf - f - r);
         }
-        report("read x4 loads, 4 blocks/SM", T.median_us([&] { read_kernel<4><<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out); }), double(wbytes));
-        report("read x4 loads, 16 blocks/SM", T.median_us([&] { read_kernel<4><<<sms * 16, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out); }), double(wbytes));
-        report("read x8 loads, 8 blocks/SM", T.median_us([&] { read_kernel<8><<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out); }), double(wbytes));
+        report("read x4 loads, 4 blocks/SM", T.median_us([&] {
+            bench::read_kernel<4><<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out);
+        }),
+               double(wbytes));
+        report("read x4 loads, 16 blocks/SM", T.median_us([&] {
+            bench::read_kernel<4><<<sms * 16, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out);
+        }),
+               double(wbytes));
+        report("read x8 loads, 8 blocks/SM", T.median_us([&] {
+            bench::read_kernel<8><<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(dW), n16, out);
+        }),
+               double(wbytes));
         const auto check = [&](const char* name) {
             std::vector<float> hy(N);
             CUDA_CHECK(cudaMemcpy(hy.data(), dy, N * 4, cudaMemcpyDeviceToHost));
@@ -244,9 +287,12 @@ int main() {
                 double ref = 0, mag = 0;
                 for (int k = 0; k < K; ++k) {
                     const std::uint8_t byte = hW[(std::size_t(n) * K + k) / 2];
-                    int q = (k % 2 ? byte >> 4 : byte) & 0xF; if (q >= 8) q -= 16;
-                    const double p = double(bf16_to_float(hx[k])) * q * hs[std::size_t(n) * (K / 128) + k / 128];
-                    ref += p; mag += fabs(p);
+                    int q = (k % 2 ? byte >> 4 : byte) & 0xF;
+                    if (q >= 8) q -= 16;
+                    const double p =
+                        double(bf16_to_float(hx[k])) * q * hs[std::size_t(n) * (K / 128) + k / 128];
+                    ref += p;
+                    mag += fabs(p);
                 }
                 worst = std::max(worst, fabs(hy[n] - ref) / (mag + 1e-30));
             }
@@ -254,14 +300,21 @@ int main() {
         };
         const auto timed = [&](const char* name, auto f) {
             CUDA_CHECK(cudaGetLastError());
-            CUDA_CHECK(cudaMemset(dy, 0xFF, N * 4)); f(); CUDA_CHECK(cudaDeviceSynchronize()); check(name);
+            CUDA_CHECK(cudaMemset(dy, 0xFF, N * 4));
+            f();
+            CUDA_CHECK(cudaDeviceSynchronize());
+            check(name);
             report(name, T.median_us(f));
         };
         timed("fast reference (committed)", [&] { gemv_w4a16(1, N, K, dx, dW, ds, dy); });
         if (K % 4096 == 0)  // the ring's stages are 4096 k of 16 rows
             if (const auto ring = stream_launcher<4096, 3, 8>(N, K, 1, dx, dW, ds, dy, sms))
                 timed("stream 4096x3 w8, 1 block/SM", ring);
-        cudaFree(dW); cudaFree(dcopy); cudaFree(ds); cudaFree(dy); cudaFree(dx);
+        cudaFree(dW);
+        cudaFree(dcopy);
+        cudaFree(ds);
+        cudaFree(dy);
+        cudaFree(dx);
     }
     CUDA_CHECK(cudaGetLastError());
     return 0;

@@ -19,17 +19,17 @@
 // consumer. The wgmma descriptors are advanced from each stage's, not made afresh per wgmma. The
 // epilogue computes the readable one's d = 1 - dot * inverse[i] * inverse[j] and stores it through
 // shared memory, as wgmma_gemm_fast stores C, so that its stores are whole 16-byte vectors: each
-// warp stages its 16 rows of a half, whole, and reads them back a half warp per row. A row of the packed triangle is a contiguous run
-// (row i holds j = i + 1 .. N - 1), but it starts wherever row i - 1 ended: the staging rotates
-// each row by its run's offset from a 16-byte boundary, so that a boundary of the output is one of
-// the staging; only the up to 4 floats at the ends of a unit's row (and the pairs at the diagonal
-// and at N) are stored one by one. The epilogue runs on one warp per scheduler (the other
-// consumer's warps wait on their wgmma), so nothing hides its latencies but its own order: the
-// norms are loaded before the products (the rows' into registers, the columns' into a list in
-// shared memory), a unit whose every pair is stored takes a path without tests, and the read-back
-// issues its loads before its stores (dev/tuning/10_inference.md has each step's figure, and the
-// ways not taken: stores straight from the accumulators, TMA's bulk copies of the staged rows).
-// The sums meet once per block, one atomic each. Where the GPU is not a Hopper
+// warp stages its 16 rows of a half, whole, and reads them back a half warp per row. A row of the
+// packed triangle is a contiguous run (row i holds j = i + 1 .. N - 1), but it starts wherever row
+// i - 1 ended: the staging rotates each row by its run's offset from a 16-byte boundary, so that a
+// boundary of the output is one of the staging; only the up to 4 floats at the ends of a unit's
+// row (and the pairs at the diagonal and at N) are stored one by one. The epilogue runs on one warp
+// per scheduler (the other consumer's warps wait on their wgmma), so nothing hides its latencies
+// but its own order: the norms are loaded before the products (the rows' into registers, the
+// columns' into a list in shared memory), a unit whose every pair is stored takes a path without
+// tests, and the read-back issues its loads before its stores (dev/tuning/10_inference.md has each
+// step's figure, and the ways not taken: stores straight from the accumulators, TMA's bulk copies
+// of the staged rows). The sums meet once per block, one atomic each. Where the GPU is not a Hopper
 // (compute capability 9.0) or this build has no sm_90a code, the readable solution runs.
 //
 // Run:  grader run 10/pairwise_cosine --solutions      (the "pairwise_cosine (fast)" row)
