@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <vector>
 
 #include "course/check.h"
@@ -45,6 +46,17 @@ __global__ void read_kernel(const uint4* __restrict__ w, std::size_t n, unsigned
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
     if (acc == 0x12345678u) *out = acc;  // never: keeps the loads
+}
+
+// Prints the GPU's name and SM count (unbuffered output from here on) and returns the count.
+inline int print_device() {
+    setvbuf(stdout, nullptr, _IONBF, 0);
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("%s, %d SMs\n", prop.name, sms);
+    return sms;
 }
 
 class Timer {

@@ -61,12 +61,7 @@ __global__ void gemm_pattern(const uint4* __restrict__ tiled, const float* __res
 }
 
 int main() {
-    setvbuf(stdout, nullptr, _IONBF, 0);
-    int sms;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    printf("%s, %d SMs\n", prop.name, sms);
+    const int sms = bench::print_device();
     bench::Timer T;
     const int N = 8192, K = 8192, M = 16, groups = K / 128;
     const std::size_t wbytes = std::size_t(N) * K / 2, sbytes = std::size_t(N) * groups * 4;

@@ -187,12 +187,7 @@ std::function<void()> stream_launcher(int N, int K, int blocks_per_sm, const __n
 }
 
 int main() {
-    setvbuf(stdout, nullptr, _IONBF, 0);
-    int sms;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    printf("%s, %d SMs\n", prop.name, sms);
+    const int sms = bench::print_device();
     bench::Timer T;
     unsigned* out;
     CUDA_CHECK(cudaMalloc(&out, 4));
