@@ -4,12 +4,15 @@
 // kernel's order (grid of 64-column blocks by slices of K, each warp streaming its two n8 tiles'
 // 512 bytes a group, 4 or 8 groups in flight, every warp at the same group at once), with and
 // without the group scales loaded where the kernel used to load them (4 scattered floats a lane
-// and group), the slices' start rotated per block, 4 or 8 slices; the memset of y alone; and
-// gemm_w4a16 as committed (memset and kernel). L2 flushed before each sample, medians of 60.
-// Fourteenth session, H200 (dev/tuning/09_quantization.md): the kernel's order 12.8 us (8 slices
-// 11.5), with the scales 19.2 us (8 slices 14.0); rotation changes nothing; memset 3.3 us;
-// gemm_w4a16 as it was then (its scales loaded per group) 24.3 us. Its linear reader then skipped
-// its tail (10.4 us for about 88% of W); bench::read_kernel, since, has not run here.
+// and group), the slices' start rotated per block, 4 or 8 slices; the memset of y alone; gemm_w4a16
+// as committed (memset and kernel), and its kernel alone on the launcher's grid. L2 flushed before
+// each sample, medians of 60. H200 (dev/tuning/09_quantization.md): fourteenth session, the
+// kernel's order 12.8 us (8 slices 11.5), with the scales 19.2 us (8 slices 14.0); rotation
+// changes nothing; gemm_w4a16 as it was then (its scales loaded per group) 24.3 us. Fifteenth
+// session: the linear read 11.7 us (its first reader skipped its tail), so the kernel's order
+// costs about 1 us; memset 3.5 us alone; gemm_w4a16 with the scales' tile 23.8 us, its kernel
+// alone 21.0 us (the memset costs 2.8 us of the call); with the bf16 pair in a register, 21.6 and
+// 19.2 us.
 //
 // Build and run on a GPU of compute capability 8.0 or newer, from the repository root:
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -Isolutions/09_quantization \
@@ -127,6 +130,19 @@ int main() {
         }
         report("gemm_w4a16 (readable, memset + kernel)",
                T.median_us([&] { gemm_w4a16(M, N, K, x, tiled, s, y); }), wbytes + sbytes);
+        // The kernel alone, on the launcher's grid (its split of K, written out here), y not
+        // zeroed: what the memset before it costs inside the call.
+        const int column_blocks = N / kBlockN;
+        const int splits =
+            std::max(std::clamp(wave_blocks<1>() / column_blocks, 1, groups / kMinSlice),
+                     course::ceil_div(groups, kMaxSlice));
+        const int per_split = course::ceil_div(groups, splits);
+        report("gemm_w4a16's kernel alone (y not zeroed)", T.median_us([&] {
+            gemm_w4a16_kernel<1>
+                <<<dim3(column_blocks, course::ceil_div(groups, per_split)), kThreads>>>(
+                    M, N, K, x, t4, s, y, per_split, kBf16Pair136);
+        }),
+               wbytes + sbytes);
     }
     CUDA_CHECK(cudaGetLastError());
     return 0;

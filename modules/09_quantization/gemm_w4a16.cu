@@ -3,12 +3,12 @@
 //
 // Teaches: a weight layout made once, ahead of time, for the instruction that reads it (each lane
 // loads its own fragments for 8 k16 steps with one 16-byte load); INT4 to bf16 without a
-// conversion instruction (a shift, a mask-and-xor, a bf16x2 subtraction: exact); a group scale
-// applied to the group's partial sums in float32; several groups of weights in flight per warp (a
-// ring of registers), since at 16 tokens the kernel is a read of W; the activations through two
-// shared tiles (cp.async and ldmatrix, module 05), one barrier a group; split-K with atomicAdd, so
-// that a few tokens still fill the GPU. The checker reports your speed-up over cuBLAS on bf16
-// weights and the format's accuracy.
+// conversion instruction (a shift, a mask-and-xor in one LOP3, a bf16x2 subtraction: exact); a
+// group scale applied to the group's partial sums in float32; several groups of weights in flight
+// per warp (a ring of registers), since at 16 tokens the kernel is a read of W; the activations
+// through two shared tiles (cp.async and ldmatrix, module 05), one barrier a group; split-K with
+// atomicAdd, so that a few tokens still fill the GPU. The checker reports your speed-up over
+// cuBLAS on bf16 weights and the format's accuracy.
 //
 // Run:  grader run 09/gemm_w4a16             Stuck:  grader hint 09/gemm_w4a16
 // Contract: gemm_w4a16.h                     Notes:  notes/09_quantization.md
@@ -30,7 +30,8 @@ __global__ void tile_int4_kernel(const uint4* packed, int K, std::size_t lanes, 
 
 template <int kTilesM>
 __global__ void gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* x, const uint4* tiled,
-                                  const float* scales, float* y, int per_split) {
+                                  const float* scales, float* y, int per_split,
+                                  std::uint32_t pair136) {
     // TODO: block (bx, by): 64 columns of y (4 warps x 2 n8 tiles), groups by * per_split .. of K,
     //       all M rows as kTilesM m16 tiles; float acc[2][kTilesM][4] = {}.
     // TODO: per group, the weights: the lane's uint4 of each n8 tile (tiled[(tile * groups +
@@ -48,9 +49,10 @@ __global__ void gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* x, c
     //       (the one barrier), then the next group's copy into the other tile.
     // TODO: 8 k16 steps: A fragments by tc::ldmatrix_x4 (course::ldmatrix_a_source); B register r
     //       of step s from nibbles p, p + 4 of word s / 2 (p = 2 (s % 2) + r): mask 0x000F000F,
-    //       xor 0x43084308, __hsub2 136; tc::mma_bf16 (bf16 in every build; tc::mma would be
-    //       fp16 in a build for a T4) into zeroed partial sums; then acc += part * the column's
-    //       scale.
+    //       xor pair136 (0x43084308, from the launcher: in a register it makes the mask-and-xor
+    //       one LOP3, where two literals make two), __hsub2 136 (pair136 again); tc::mma_bf16
+    //       (bf16 in every build; tc::mma would be fp16 in a build for a T4) into zeroed partial
+    //       sums; then acc += part * the column's scale.
     // TODO: atomicAdd each accumulator into y (course::mma_c_element) where the row is < M.
 }
 
@@ -66,6 +68,7 @@ void gemm_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t*
     // TODO: kTilesM = ceil_div(M, 16) (a switch over 1 .. 4); splits of K: as many as one wave
     //       holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor x cudaDevAttrMultiProcessorCount,
     //       over ceil_div(N, 64)), but slices of 8 to 32 groups; cudaMemsetAsync(y, 0, ...);
-    //       grid (ceil_div(N, 64), splits) of 128 threads; CUDA_CHECK_LAUNCH().
+    //       grid (ceil_div(N, 64), splits) of 128 threads, pair136 = 0x43084308;
+    //       CUDA_CHECK_LAUNCH().
     COURSE_TODO("gemm_w4a16: write gemm_w4a16_kernel and launch it, then delete this line");
 }

@@ -5,15 +5,15 @@
 // Teaches: a weight layout made once, ahead of time, for the instruction that reads it (each lane
 // loads its own fragments for 8 k16 steps with one 16-byte load: no shared memory, no ldmatrix
 // for the weights); INT4 to bf16 without a conversion instruction (the nibble under the exponent
-// of bf16's 128, one shift, one mask-and-xor, one bf16x2 subtraction: exact); a group scale
-// applied to the group's partial sums in float32, not to every weight, and the scales' scattered
-// 4-byte reads made once per block, coalesced, into shared memory; enough weights in flight to
-// feed a memory-bound kernel: a ring of groups in registers, refilled as each is used; the
-// activations through two shared tiles (cp.async and ldmatrix, module 05), one barrier a group;
-// split-K, so that a few tokens still fill the GPU: each block sums a slice of K and adds its part
-// of y with atomicAdd, into a y zeroed first, the slices as many as one wave holds. Memory-bound at
-// 16 tokens (the checker reports the speed-up over cuBLAS on bf16 weights), nearly compute-bound
-// at 64.
+// of bf16's 128, one shift, one mask-and-xor, one bf16x2 subtraction: exact; the mask-and-xor is
+// one LOP3 once its constant is in a register); a group scale applied to the group's partial sums
+// in float32, not to every weight, and the scales' scattered 4-byte reads made once per block,
+// coalesced, into shared memory; enough weights in flight to feed a memory-bound kernel: a ring of
+// groups in registers, refilled as each is used; the activations through two shared tiles
+// (cp.async and ldmatrix, module 05), one barrier a group; split-K, so that a few tokens still
+// fill the GPU: each block sums a slice of K and adds its part of y with atomicAdd, into a y
+// zeroed first, the slices as many as one wave holds. Memory-bound at 16 tokens (the checker
+// reports the speed-up over cuBLAS on bf16 weights), nearly compute-bound at 64.
 //
 // Run:  grader run 09/gemm_w4a16 --solutions
 // Contract: gemm_w4a16.h             Notes:  notes/09_quantization.md
@@ -82,19 +82,22 @@ __global__ void tile_int4_kernel(const uint4* __restrict__ packed, int K, std::s
 
 // ---- gemm_w4a16 ------------------------------------------------------------------------------
 
-// The bf16 pair (136.0, 136.0): 136 = 1.0625 * 2^7, bits 0x4308 in each half.
+// The bf16 pair (136.0, 136.0): 136 = 1.0625 * 2^7, bits 0x4308 in each half. The launcher passes
+// it to the kernel rather than b_register using the literal: a LOP3 takes one immediate, so with
+// the mask and the pair both literals ptxas emits two LOP3 (the mask, then the XOR), and with the
+// pair in a register one (three instructions a pair of weights, not four).
 constexpr std::uint32_t kBf16Pair136 = 0x43084308u;
 
 // Register r of k16 step s of a lane's B fragment, from its 16 bytes: nibbles p and p + 4 of word
 // s / 2, p = 2 (s % 2) + r, as a bf16 pair (nibble p in the low half). Masked into the low bits of
 // each half and XORed with 0x4308 (the bf16 128.0, 0x4300, and bit 3: nibble ^ 8 = q + 8), each
 // half is the bf16 128 + q + 8, exactly; subtracting 136 leaves q, exactly (bf16 holds every
-// integer up to 256). The mask and the subtrahend are the same bits: 136 is 128 + 8.
-__device__ std::uint32_t b_register(const uint4& w, int s, int r) {
+// integer up to 256). The XOR's operand and the subtrahend are the same bits, pair136
+// (kBf16Pair136, in a register): 136 is 128 + 8.
+__device__ std::uint32_t b_register(const uint4& w, int s, int r, std::uint32_t pair136) {
     const unsigned words[4] = {w.x, w.y, w.z, w.w};
     const int p = 2 * (s % 2) + r;
-    const std::uint32_t biased = ((words[s / 2] >> (4 * p)) & 0x000F000Fu) ^ kBf16Pair136;
-    const std::uint32_t pair136 = kBf16Pair136;
+    const std::uint32_t biased = ((words[s / 2] >> (4 * p)) & 0x000F000Fu) ^ pair136;
     const __nv_bfloat162 q = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
                                      *reinterpret_cast<const __nv_bfloat162*>(&pair136));
     return *reinterpret_cast<const std::uint32_t*>(&q);
@@ -169,12 +172,13 @@ __device__ void load_slice_scales(float (*slice_scales)[kMaxSlice + 1], const fl
 // of W are in flight behind the arithmetic. x goes through two shared tiles: the next group's is
 // copied (cp.async) while this group's is read, so one barrier a group suffices. Per group: 8 k16
 // steps of ldmatrix (A) and mma with B dequantized from registers, into partial sums that the
-// group's scales then add to the accumulators.
+// group's scales then add to the accumulators. pair136 is kBf16Pair136 (b_register says why it
+// is an argument).
 template <int kTilesM>
 __global__ void __launch_bounds__(kThreads)
     gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
                       const uint4* __restrict__ tiled, const float* __restrict__ scales,
-                      float* __restrict__ y, int per_split) {
+                      float* __restrict__ y, int per_split, std::uint32_t pair136) {
     __shared__ alignas(16) __nv_bfloat16 x_tiles[2][kTilesM * 16 * kInt4Group];
     __shared__ float slice_scales[kBlockN][kMaxSlice + 1];  // + 1: a lane's 4 columns, 4 banks
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -219,8 +223,8 @@ __global__ void __launch_bounds__(kThreads)
                                                                             16 * s + a_source.col));
 #pragma unroll
                 for (int j = 0; j < kTilesPerWarp; ++j) {
-                    const std::uint32_t b0 = b_register(now.bits[j], s, 0);
-                    const std::uint32_t b1 = b_register(now.bits[j], s, 1);
+                    const std::uint32_t b0 = b_register(now.bits[j], s, 0, pair136);
+                    const std::uint32_t b1 = b_register(now.bits[j], s, 1, pair136);
 #pragma unroll
                     for (int i = 0; i < kTilesM; ++i) tc::mma_bf16(part[j][i], a[i], b0, b1);
                 }
@@ -291,7 +295,7 @@ void launch(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* til
     CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(M) * N * sizeof(float)));
     const dim3 grid(column_blocks, course::ceil_div(groups, per_split));
     gemm_w4a16_kernel<kTilesM><<<grid, kThreads>>>(
-        M, N, K, x, reinterpret_cast<const uint4*>(tiled), scales, y, per_split);
+        M, N, K, x, reinterpret_cast<const uint4*>(tiled), scales, y, per_split, kBf16Pair136);
     CUDA_CHECK_LAUNCH();
 }
 
