@@ -130,16 +130,12 @@ int main() {
         }
         report("gemm_w4a16 (readable, memset + kernel)",
                T.median_us([&] { gemm_w4a16(M, N, K, x, tiled, s, y); }), wbytes + sbytes);
-        // The kernel alone, on the launcher's grid (its split of K, written out here), y not
-        // zeroed: what the memset before it costs inside the call.
-        const int column_blocks = N / kBlockN;
-        const int splits =
-            std::max(std::clamp(wave_blocks<1>() / column_blocks, 1, groups / kMinSlice),
-                     course::ceil_div(groups, kMaxSlice));
-        const int per_split = course::ceil_div(groups, splits);
+        // The kernel alone, on the launcher's grid, y not zeroed: what the memset before it costs
+        // inside the call.
+        const int per_split = slice_length(wave_blocks<1>(), N, K);
         report("gemm_w4a16's kernel alone (y not zeroed)", T.median_us([&] {
             gemm_w4a16_kernel<1>
-                <<<dim3(column_blocks, course::ceil_div(groups, per_split)), kThreads>>>(
+                <<<dim3(N / kBlockN, course::ceil_div(groups, per_split)), kThreads>>>(
                     M, N, K, x, t4, s, y, per_split, kBf16Pair136);
         }),
                wbytes + sbytes);

@@ -165,20 +165,20 @@ __device__ void load_slice_scales(float (*slice_scales)[kMaxSlice + 1], const fl
     }
 }
 
-// Block (bx, by): columns 64 bx .. 64 bx + 63 of y (warp w: n8 tiles 8 bx + 2 w, + 1), groups
-// by * per_split .. of K (at most kMaxSlice), all M rows (kTilesM m16 tiles), the slice's scales
-// in shared memory. W streams through a ring of kAhead groups of registers: as soon as a group is
-// computed, its slot is refilled with the group kAhead later, so that kAhead - 1 to kAhead groups
-// of W are in flight behind the arithmetic. x goes through two shared tiles: the next group's is
-// copied (cp.async) while this group's is read, so one barrier a group suffices. Per group: 8 k16
-// steps of ldmatrix (A) and mma with B dequantized from registers, into partial sums that the
-// group's scales then add to the accumulators. pair136 is kBf16Pair136 (b_register says why it
-// is an argument).
+// Block (bx, by)'s sums over its slice of K into acc: columns 64 bx .. 64 bx + 63 of y (warp w:
+// n8 tiles 8 bx + 2 w, + 1), groups by * per_split .. of K (at most kMaxSlice), all M rows
+// (kTilesM m16 tiles), the slice's scales in shared memory. W streams through a ring of kAhead
+// groups of registers: as soon as a group is computed, its slot is refilled with the group kAhead
+// later, so that kAhead - 1 to kAhead groups of W are in flight behind the arithmetic. x goes
+// through two shared tiles: the next group's is copied (cp.async) while this group's is read, so
+// one barrier a group suffices. Per group: 8 k16 steps of ldmatrix (A) and mma with B dequantized
+// from registers, into partial sums that the group's scales then add to the accumulators. pair136
+// is kBf16Pair136 (b_register says why it is an argument).
 template <int kTilesM>
-__global__ void __launch_bounds__(kThreads)
-    gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
-                      const uint4* __restrict__ tiled, const float* __restrict__ scales,
-                      float* __restrict__ y, int per_split, std::uint32_t pair136) {
+__device__ void slice_products(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
+                               const uint4* __restrict__ tiled, const float* __restrict__ scales,
+                               int per_split, std::uint32_t pair136,
+                               float (&acc)[kTilesPerWarp][kTilesM][4]) {
     __shared__ alignas(16) __nv_bfloat16 x_tiles[2][kTilesM * 16 * kInt4Group];
     __shared__ float slice_scales[kBlockN][kMaxSlice + 1];  // + 1: a lane's 4 columns, 4 banks
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -197,7 +197,6 @@ __global__ void __launch_bounds__(kThreads)
     copy_x_tile<kTilesM * 16>(x_tiles[0], x, M, K, begin);
     load_slice_scales(slice_scales, scales, N, K, blockIdx.x * kBlockN, begin, end - begin);
 
-    float acc[kTilesPerWarp][kTilesM][4] = {};
     for (int base = begin; base < end; base += kAhead<kTilesM>) {
 #pragma unroll
         for (int d = 0; d < kAhead<kTilesM>; ++d) {
@@ -246,8 +245,15 @@ __global__ void __launch_bounds__(kThreads)
                 ring[d] = load_group(tiled, K, first_tile, tiles, group + kAhead<kTilesM>, lane);
         }
     }
+}
 
-    // This block's part of y, added to what the other slices of K add (y was zeroed).
+// Block (bx, by)'s part of y, acc, added to what the other slices of K add (y was zeroed).
+template <int kTilesM>
+__device__ void add_to_y(const float (&acc)[kTilesPerWarp][kTilesM][4], int M, int N,
+                         float* __restrict__ y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tiles = N / 8;
+    const int first_tile = blockIdx.x * (kBlockN / 8) + warp * kTilesPerWarp;
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
         if (first_tile + j >= tiles) continue;
@@ -260,6 +266,17 @@ __global__ void __launch_bounds__(kThreads)
                 if (row < M) atomicAdd(y + static_cast<std::size_t>(row) * N + col, acc[j][i][e]);
             }
     }
+}
+
+// Block (bx, by): the products of its slice of K, then its part of y.
+template <int kTilesM>
+__global__ void __launch_bounds__(kThreads)
+    gemm_w4a16_kernel(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
+                      const uint4* __restrict__ tiled, const float* __restrict__ scales,
+                      float* __restrict__ y, int per_split, std::uint32_t pair136) {
+    float acc[kTilesPerWarp][kTilesM][4] = {};
+    slice_products<kTilesM>(M, N, K, x, tiled, scales, per_split, pair136, acc);
+    add_to_y<kTilesM>(acc, M, N, y);
 }
 
 // The blocks of gemm_w4a16_kernel<kTilesM> that one wave holds: every SM's resident blocks.
@@ -276,24 +293,27 @@ int wave_blocks() {
     return blocks;
 }
 
+// Groups in a slice of K, when one wave holds `blocks_per_wave` blocks. Split K into as many slices
+// as one wave holds: at N = 8192 there are only 128 column blocks, and a token's worth of work per
+// block would leave most SMs idle; a second, partial wave would leave them idle at the end
+// instead. But not into slices shorter than kMinSlice groups: a shorter one never fills its ring,
+// and its atomics cost as much as a long one's. Nor longer than kMaxSlice, the scales' tile (K
+// past 4096 with many columns: more slices).
+int slice_length(int blocks_per_wave, int N, int K) {
+    const int groups = K / kInt4Group;
+    const int one_wave = std::clamp(blocks_per_wave / course::ceil_div(N, kBlockN), 1,
+                                    std::max(1, groups / kMinSlice));
+    return course::ceil_div(groups, std::max(one_wave, course::ceil_div(groups, kMaxSlice)));
+}
+
 template <int kTilesM>
 void launch(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* tiled,
             const float* scales, float* y) {
     if (course::compiled_arch(gemm_w4a16_kernel<kTilesM>) < 80)
         throw std::runtime_error("gemm_w4a16: bf16 mma.sync needs device code for sm_80 or newer");
-    // Split K into as many slices as one wave holds: at N = 8192 there are only 128 column
-    // blocks, and a token's worth of work per block would leave most SMs idle; a second, partial
-    // wave would leave them idle at the end instead. But not into slices shorter than kMinSlice
-    // groups: a shorter one never fills its ring, and its atomics cost as much as a long one's.
-    // Nor longer than kMaxSlice, the scales' tile (K past 4096 with many columns: more slices).
-    const int groups = K / kInt4Group;
-    const int column_blocks = course::ceil_div(N, kBlockN);
-    const int one_wave =
-        std::clamp(wave_blocks<kTilesM>() / column_blocks, 1, std::max(1, groups / kMinSlice));
-    const int splits = std::max(one_wave, course::ceil_div(groups, kMaxSlice));
-    const int per_split = course::ceil_div(groups, splits);
+    const int per_split = slice_length(wave_blocks<kTilesM>(), N, K);
     CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(M) * N * sizeof(float)));
-    const dim3 grid(column_blocks, course::ceil_div(groups, per_split));
+    const dim3 grid(course::ceil_div(N, kBlockN), course::ceil_div(K / kInt4Group, per_split));
     gemm_w4a16_kernel<kTilesM><<<grid, kThreads>>>(
         M, N, K, x, reinterpret_cast<const uint4*>(tiled), scales, y, per_split, kBf16Pair136);
     CUDA_CHECK_LAUNCH();

@@ -39,7 +39,12 @@ enum cudaDeviceAttr {
     cudaDevAttrClusterLaunch,
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
-enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension };
+// Programmatic stream serialization (a kernel let start before the one it follows has ended) is
+// accepted and changes nothing: the emulator runs each launch to its end before the next.
+enum cudaLaunchAttributeID {
+    cudaLaunchAttributeClusterDimension,
+    cudaLaunchAttributeProgrammaticStreamSerialization,
+};
 
 using cudaStream_t = struct EmuStream*;
 using cudaEvent_t = std::chrono::steady_clock::time_point*;
@@ -61,6 +66,7 @@ struct cudaLaunchAttribute {
         struct {
             unsigned x, y, z;
         } clusterDim;
+        int programmaticStreamSerializationAllowed;
     } val;
 };
 struct cudaLaunchConfig_t {

@@ -68,9 +68,25 @@ bool one_slice_each(const std::vector<float>& got, const std::vector<float>& x,
 std::string diagnose_gemm(const std::vector<float>& got, const std::vector<float>& x,
                           const gemv::Weights& w, std::size_t M, const course::Tolerance& tol) {
     const std::size_t N = w.N, K = w.K;
-    if (std::all_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }))
+    const auto is_nan = [](float v) { return std::isnan(v); };
+    if (std::all_of(got.begin(), got.end(), is_nan))
         return "every y is NaN: y holds anything before the call (NaN here): zero it "
                "(cudaMemsetAsync) before the slices of K add their parts";
+    // NaN from some element to the end of y in memory order, right before it: the zeroing stopped
+    // short of y's M x N floats.
+    const auto first_nan = std::find_if(got.begin(), got.end(), is_nan);
+    if (first_nan != got.end() && std::all_of(first_nan, got.end(), is_nan)) {
+        const auto want = gemv::product(x, w.values, M, N, K);
+        const std::size_t zeroed = static_cast<std::size_t>(first_nan - got.begin());
+        bool rest_right = true;
+        for (std::size_t i = 0; i < zeroed; ++i)
+            rest_right = rest_right && tol.accepts(got[i], want[i]);
+        if (rest_right)
+            return "y is NaN from its element " + std::to_string(zeroed) + " of " +
+                   std::to_string(M * N) + " (in memory order) to the end, and right before it: " +
+                   "y holds anything before the call (NaN here), and its zeroing stopped short " +
+                   "of the M x N floats that the slices of K add into";
+    }
     if (one_slice_each(got, x, w, M, tol))
         return "each y holds the sum over one slice of K only: the other slices' blocks wrote over "
                "it; add every slice's part with atomicAdd, into a y zeroed first";
