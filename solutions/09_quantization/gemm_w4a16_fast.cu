@@ -110,18 +110,7 @@ void tile_int4_weights(const std::uint8_t* packed, int N, int K, std::uint8_t* t
 
 void gemm_w4a16(int M, int N, int K, const __nv_bfloat16* x, const std::uint8_t* tiled,
                 const float* scales, float* y) {
-    switch (course::ceil_div(M, 16)) {
-        case 1:
-            launch<1>(M, N, K, x, tiled, scales, y);
-            break;
-        case 2:
-            launch<2>(M, N, K, x, tiled, scales, y);
-            break;
-        case 3:
-            launch<3>(M, N, K, x, tiled, scales, y);
-            break;
-        default:
-            launch<4>(M, N, K, x, tiled, scales, y);
-            break;
-    }
+    using Launch = decltype(&launch<1>);
+    constexpr Launch kLaunches[] = {launch<1>, launch<2>, launch<3>, launch<4>};
+    kLaunches[course::ceil_div(M, 16) - 1](M, N, K, x, tiled, scales, y);
 }
