@@ -236,10 +236,10 @@ TEST_F(PackInt4, Bandwidth16384x4096) {
 TEST_F(PackInt4, MoreThan2To31Elements) {
     // 2049 rows of 2^20: group 2^24 (the first of the last row) starts at element 2^31, where a
     // float offset group * 128 held in an int overflows. x is made on the device.
-    const int rows = 2049, cols = 1 << 20;
-    const std::size_t n = static_cast<std::size_t>(rows) * cols;
+    const int rows = quant::kPastIntRows, cols = quant::kPastIntCols;
+    const std::size_t n = quant::kPastIntElements;
     COURSE_LARGE_CASE(n * (4 + 4) + n / 2 + (64u << 20));
-    SCOPED_TRACE("2049 x 2^20 (the last row starts at element 2^31), x made on the device");
+    SCOPED_TRACE(quant::kPastIntLabel);
     auto rng = test_rng();
     const std::uint64_t seed = rng.next_u64();
     const std::size_t groups = n / kInt4Group;
@@ -254,10 +254,8 @@ TEST_F(PackInt4, MoreThan2To31Elements) {
 
     const auto windows = course::rows_past_int_range(rows, cols, rng);
     const auto reference_rows = [&](const course::Window& w) {
-        std::vector<float> x(w.count);
-        for (std::size_t k = 0; k < w.count; ++k)
-            x[k] = course::hashed::uniform(w.first + k, seed, -1.0f, 1.0f);
-        return ref::quantize_int4_groups(x, w.count / cols, cols, kInt4Group);
+        return ref::quantize_int4_groups(quant::hashed_x(w, seed), w.count / cols, cols,
+                                         kInt4Group);
     };
     std::vector<course::Window> byte_windows;
     for (const auto& w : windows) byte_windows.push_back({w.first / 2, w.count / 2});

@@ -1,7 +1,8 @@
 // What the checkers of 09_quantization share: inputs shaped like a model's (weights with rows and
 // groups of different sizes, activations with outlier channels), bf16 activations, the accuracy
 // report every checker prints (a format's error in units of its step), the skip of the tensor-core
-// exercises where the build cannot run them, and the timed cases' bookkeeping.
+// exercises where the build cannot run them, the timed cases' bookkeeping, and the quantizers'
+// case past 2^31 elements.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -182,6 +183,25 @@ inline std::string shape_label(std::size_t a, std::size_t b) {
 }
 inline std::string shape_label(std::size_t a, std::size_t b, std::size_t c) {
     return shape_label(a, b) + "x" + std::to_string(c);
+}
+
+// ---- Past 2^31 elements (the quantizers) -----------------------------------------------------
+
+// The quantizers' largest case: 2049 rows of 2^20 values (the longest row their contracts allow),
+// the last row starting at element 2^31, where an offset held in an int overflows. x is made on
+// the device (course::fill_uniform in [-1, 1) from a seed), and the rows compared
+// (course::rows_past_int_range: at the start, around 2^31, at the end) are made again here.
+constexpr int kPastIntRows = 2049, kPastIntCols = 1 << 20;
+constexpr std::size_t kPastIntElements = std::size_t{kPastIntRows} * kPastIntCols;
+constexpr const char* kPastIntLabel =
+    "2049 x 2^20 (the last row starts at element 2^31), x made on the device";
+
+// x at the flat indices of `window`, as course::fill_uniform(x, n, seed, -1.0f, 1.0f) made it.
+inline std::vector<float> hashed_x(const course::Window& window, std::uint64_t seed) {
+    std::vector<float> x(window.count);
+    for (std::size_t k = 0; k < window.count; ++k)
+        x[k] = course::hashed::uniform(window.first + k, seed, -1.0f, 1.0f);
+    return x;
 }
 
 }  // namespace quant

@@ -213,10 +213,10 @@ TEST_F(QuantizeInt8, MoreThan2To31Elements) {
     // 2049 rows of 2^20 (the longest the contract allows): the last row starts at element
     // 2^31, where a row offset row * cols held in an int overflows. x is made on the device; whole
     // rows at the start, around 2^31 and at the end are compared with the reference.
-    const int rows = 2049, cols = 1 << 20;
-    const std::size_t n = static_cast<std::size_t>(rows) * cols;
+    const int rows = quant::kPastIntRows, cols = quant::kPastIntCols;
+    const std::size_t n = quant::kPastIntElements;
     COURSE_LARGE_CASE(n * (4 + 1 + 4) + (64u << 20));
-    SCOPED_TRACE("2049 x 2^20 (the last row starts at element 2^31), x made on the device");
+    SCOPED_TRACE(quant::kPastIntLabel);
     auto rng = test_rng();
     const std::uint64_t seed = rng.next_u64();
     course::DeviceBuffer<float> d_x("x", n), d_scales("scales", rows), d_out("out", n);
@@ -230,10 +230,7 @@ TEST_F(QuantizeInt8, MoreThan2To31Elements) {
 
     const auto windows = course::rows_past_int_range(rows, cols, rng);
     const auto reference_rows = [&](const course::Window& w) {
-        std::vector<float> x(w.count);
-        for (std::size_t k = 0; k < w.count; ++k)
-            x[k] = course::hashed::uniform(w.first + k, seed, -1.0f, 1.0f);
-        return ref::quantize_int8_rows(x, w.count / cols, cols);
+        return ref::quantize_int8_rows(quant::hashed_x(w, seed), w.count / cols, cols);
     };
     EXPECT_TRUE(course::expect_windows_close(
         d_q, windows, [&](const course::Window& w) { return reference_rows(w).q; },
