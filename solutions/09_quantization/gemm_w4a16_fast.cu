@@ -4,16 +4,16 @@
 //
 // Teaches: programmatic dependent launch (Hopper). The readable launcher zeroes y with
 // cudaMemsetAsync, then launches the kernel, which starts only once the memset has ended: at 16
-// tokens of N = K = 8192 on an H200 that is 2.8 us of a 21.6 us call, though the kernel needs y
+// tokens of N = K = 8192 on an H200 that is 2.4 us of a 21.6 us call, though the kernel needs y
 // only for its last instructions, the atomicAdds. Here y is zeroed by a kernel of our own whose
 // blocks first execute griddepcontrol.launch_dependents, and the product kernel is launched with
 // cudaLaunchAttributeProgrammaticStreamSerialization: it may start as soon as every block of the
 // zeroing kernel has said so, and its blocks execute griddepcontrol.wait (which returns once the
 // zeroing kernel has ended and its stores are visible) between their slice's products and their
-// atomicAdds into y. The rest is the readable kernel's, called as it is. Without the attribute
-// (or before Hopper, where the instructions do not exist) the two kernels run one after the
-// other, as the readable ones do. On an H200 at 16 tokens: 172.6-172.8% of cuBLAS against the
-// readable 163.3-165.0% in the same runs (the call 1.2 us shorter); at 64 tokens, no change.
+// atomicAdds into y. The rest is the readable kernel's, called as it is. Built for a GPU before
+// Hopper, where the instructions do not exist, it takes the readable path. On an H200 at 16
+// tokens: 171.2-172.8% of cuBLAS against the readable 163.3-165.9% in the same runs (the call
+// about 1.2 us shorter); at 64 tokens, no change.
 //
 // Run:  grader run 09/gemm_w4a16 --solutions     (the "gemm_w4a16 (fast)" row)
 // Contract: gemm_w4a16.h                          Notes:  notes/09_quantization.md, section 5
