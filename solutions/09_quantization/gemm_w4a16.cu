@@ -283,12 +283,10 @@ __global__ void __launch_bounds__(kThreads)
 template <int kTilesM>
 int wave_blocks() {
     static const int blocks = [] {
-        int device = 0, sms = 0, per_sm = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        int per_sm = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &per_sm, gemm_w4a16_kernel<kTilesM>, kThreads, 0));
-        return sms * per_sm;
+        return course::multiprocessor_count() * per_sm;
     }();
     return blocks;
 }

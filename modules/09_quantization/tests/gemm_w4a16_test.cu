@@ -65,8 +65,9 @@ bool one_slice_each(const std::vector<float>& got, const std::vector<float>& x,
 }
 
 // The mistakes of this exercise first, then gemv_w4a16's.
-std::string diagnose_gemm(const std::vector<float>& got, const std::vector<float>& x,
-                          const gemv::Weights& w, std::size_t M, const course::Tolerance& tol) {
+std::string diagnose_gemm(const std::vector<float>& got, const std::vector<double>& want,
+                          const std::vector<float>& x, const gemv::Weights& w, std::size_t M,
+                          const course::Tolerance& tol) {
     const std::size_t N = w.N, K = w.K;
     const auto is_nan = [](float v) { return std::isnan(v); };
     if (std::all_of(got.begin(), got.end(), is_nan))
@@ -75,18 +76,13 @@ std::string diagnose_gemm(const std::vector<float>& got, const std::vector<float
     // NaN from some element to the end of y in memory order, right before it: the zeroing stopped
     // short of y's M x N floats.
     const auto first_nan = std::find_if(got.begin(), got.end(), is_nan);
-    if (first_nan != got.end() && std::all_of(first_nan, got.end(), is_nan)) {
-        const auto want = gemv::product(x, w.values, M, N, K);
-        const std::size_t zeroed = static_cast<std::size_t>(first_nan - got.begin());
-        bool rest_right = true;
-        for (std::size_t i = 0; i < zeroed; ++i)
-            rest_right = rest_right && tol.accepts(got[i], want[i]);
-        if (rest_right)
-            return "y is NaN from its element " + std::to_string(zeroed) + " of " +
-                   std::to_string(M * N) + " (in memory order) to the end, and right before it: " +
-                   "y holds anything before the call (NaN here), and its zeroing stopped short " +
-                   "of the M x N floats that the slices of K add into";
-    }
+    if (first_nan != got.end() && std::all_of(first_nan, got.end(), is_nan) &&
+        std::equal(got.begin(), first_nan, want.begin(),
+                   [&](float g, double v) { return tol.accepts(g, v); }))
+        return "y is NaN from its element " + std::to_string(first_nan - got.begin()) + " of " +
+               std::to_string(M * N) + " (in memory order) to the end, and right before it: " +
+               "y holds anything before the call (NaN here), and its zeroing stopped short " +
+               "of the M x N floats that the slices of K add into";
     if (one_slice_each(got, x, w, M, tol))
         return "each y holds the sum over one slice of K only: the other slices' blocks wrote over "
                "it; add every slice's part with atomicAdd, into a y zeroed first";
@@ -117,7 +113,7 @@ void check_shape(std::size_t M, std::size_t N, std::size_t K, course::Rng& rng,
     const auto tol = tolerance(K, gemv::rms_product(x.values, w.values, M, N, K));
     course::CompareOptions options{"y (M x N)", course::Matrix{M, N}};
     options.diagnose = [&] {
-        const std::string cause = diagnose_gemm(got, x.values, w, M, tol);
+        const std::string cause = diagnose_gemm(got, want, x.values, w, M, tol);
         return cause.empty() ? "" : "likely cause: " + cause;
     };
     EXPECT_TRUE(course::expect_close(got, want, tol, options));
